@@ -1,0 +1,1 @@
+"""One module per binary: its own flags and a call into the library."""

@@ -1,0 +1,57 @@
+"""Shims that make the pinned stack (TF 2.15 + mesh-tensorflow 0.1.21) import cleanly.
+
+Every module of t2tcli that touches TensorFlow imports this module first, so the
+patches below are in place before TensorFlow or mesh-tensorflow is loaded. Nothing
+else in the code base patches third-party modules.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+
+def _verbosity_requested(argv: list[str]) -> bool:
+    """True when the command line asks for absl verbosity >= 1 (-v 1, --verbosity=1...).
+
+    TensorFlow prints its C++ start-up noise while it is imported, before absl has
+    parsed flags, so the decision has to be taken from the raw argv.
+    """
+    for i, arg in enumerate(argv):
+        value = None
+        if arg.startswith(("--verbosity=", "-v=")):
+            value = arg.split("=", 1)[1]
+        elif arg in ("--verbosity", "-v") and i + 1 < len(argv):
+            value = argv[i + 1]
+        if value is not None:
+            try:
+                return int(value) >= 1
+            except ValueError:
+                return value.lower() in ("debug", "info")
+    return False
+
+
+VERBOSE = _verbosity_requested(sys.argv)
+if not VERBOSE:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=".*is deprecated.*")
+
+import tensorflow as tf  # noqa: E402
+from tensorflow.python.framework import ops as _tf_ops  # noqa: E402
+from tensorflow.python.framework import tensor_conversion_registry as _tcr  # noqa: E402
+
+# mesh-tensorflow 0.1.21 still calls ops.register_tensor_conversion_function, which
+# TF 2.15 moved to tensor_conversion_registry.
+if not hasattr(_tf_ops, "register_tensor_conversion_function"):
+    _tf_ops.register_tensor_conversion_function = _tcr.register_tensor_conversion_function
+
+if not VERBOSE:
+    tf.get_logger().setLevel("ERROR")
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+
+import mesh_tensorflow  # noqa: E402,F401  (imported here so the shim above is proven)
+
+__all__ = ["tf", "VERBOSE"]

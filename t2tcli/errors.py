@@ -1,0 +1,25 @@
+"""The one exception type that the binaries turn into a one-line error message.
+
+Anything raised as `UserError` is the user's to fix (a flag, a file, a name), so the
+binaries print it without a traceback and exit non-zero. Any other exception is a bug
+and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class UserError(Exception):
+    """A mistake in flags, names or input files, reported as one line."""
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """Returns "; did you mean 'x'?" (or '' when nothing is close) for error messages."""
+    close = difflib.get_close_matches(word, sorted(set(candidates)), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    if len(close) == 1:
+        return f"; did you mean '{close[0]}'?"
+    return "; did you mean one of " + ", ".join(f"'{c}'" for c in close) + "?"

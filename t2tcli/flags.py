@@ -1,0 +1,19 @@
+"""Flags shared by every binary, defined once.
+
+Each binary imports this module, then defines its own flags in `t2tcli.cli.<binary>`.
+"""
+
+from __future__ import annotations
+
+from absl import flags
+
+flags.DEFINE_string("problem", None, "Registered problem or mixture name (see --registry_help).")
+flags.DEFINE_string("data_dir", None, "Directory of generated shards, vocabularies and meta files.")
+flags.DEFINE_string("tmp_dir", None, "Directory of raw input files (CSV, TSV, JSONL, TFDS downloads).")
+flags.DEFINE_string("model_dir", None, "Directory of checkpoints and run description.")
+flags.DEFINE_string("hparams_set", None, "Registered hparams set (see --registry_help).")
+flags.DEFINE_string("hparams", "", 'Overrides, e.g. "d_model=256,layout=batch:batch;d_ff:model".')
+flags.DEFINE_multi_string("usr_dir", [], "Directory or file of user code that registers problems / hparams sets.")
+flags.DEFINE_boolean("registry_help", False, "List registered problems, mixtures and hparams sets, then exit.")
+
+FLAGS = flags.FLAGS

@@ -1,0 +1,199 @@
+"""HParams: a small typed container for model and training settings.
+
+Overrides arrive as strings (`--hparams="a=1,layout=batch:batch;d_ff:model"`), so every
+value is typed by the default it replaces; a typo in a key or a value of the wrong type
+fails loudly instead of training the wrong model for hours.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from t2tcli.errors import UserError, did_you_mean
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def _split_overrides(text: str) -> list[str]:
+    """Splits 'a=1,b=[1,2],mesh_shape=model:2,batch:2' into one 'key=value' per hparam.
+
+    Commas inside brackets never split, and a piece with no '=' belongs to the value
+    before it, so comma-separated values such as mesh shapes need no quoting.
+    """
+    pieces: list[str] = []
+    depth = 0
+    current = ""
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            pieces.append(current)
+            current = ""
+        else:
+            current += ch
+    pieces.append(current)
+    merged: list[str] = []
+    for piece in pieces:
+        if not piece.strip():
+            continue
+        if "=" not in piece.split("[", 1)[0] and merged:
+            merged[-1] += "," + piece
+        else:
+            merged.append(piece)
+    return merged
+
+
+def _parse_scalar(key: str, raw: str, kind: type) -> Any:
+    text = raw.strip()
+    try:
+        if kind is bool:
+            if text.lower() in _TRUE:
+                return True
+            if text.lower() in _FALSE:
+                return False
+            raise ValueError
+        if kind is int:
+            return int(text)
+        if kind is float:
+            return float(text)
+    except ValueError:
+        raise UserError(
+            f"hparam '{key}': expected {kind.__name__}, got '{raw}'"
+        ) from None
+    return text
+
+
+def _infer(raw: str) -> Any:
+    """Types a value for an hparam whose default is None (or a new hparam)."""
+    text = raw.strip()
+    if text.startswith("[") and text.endswith("]"):
+        return [_infer(p) for p in text[1:-1].split(",") if p.strip()]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if text.lower() == "none":
+        return None
+    return text
+
+
+class HParams:
+    """Named, typed settings with string overrides and a JSON round trip."""
+
+    def __init__(self, **values: Any) -> None:
+        object.__setattr__(self, "_values", {})
+        for key, value in values.items():
+            self.add_hparam(key, value)
+
+    def add_hparam(self, key: str, value: Any) -> None:
+        if key in self._values:
+            raise UserError(f"hparam '{key}' already exists")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise UserError(f"hparam name '{key}' is not a valid identifier")
+        self._values[key] = value
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self._values[key]
+        except KeyError:
+            raise AttributeError(f"no hparam '{key}'{did_you_mean(key, self._values)}") from None
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        self.set_hparam(key, value)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HParams) and self._values == other._values
+
+    def __repr__(self) -> str:
+        return f"HParams({', '.join(f'{k}={v!r}' for k, v in sorted(self._values.items()))})"
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._values.get(key, default)
+
+    def values(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    def copy(self) -> HParams:
+        return HParams(**json.loads(json.dumps(self._values)))
+
+    def set_hparam(self, key: str, value: Any) -> None:
+        """Sets an existing hparam, checking the type against its current value."""
+        if key not in self._values:
+            raise UserError(f"unknown hparam '{key}'{did_you_mean(key, self._values)}")
+        current = self._values[key]
+        if current is not None and value is not None:
+            value = self._coerce(key, value, current)
+        self._values[key] = value
+
+    def _coerce(self, key: str, value: Any, current: Any) -> Any:
+        if isinstance(current, bool):
+            if isinstance(value, bool):
+                return value
+        elif isinstance(current, int):
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        elif isinstance(current, float):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+        elif isinstance(current, str):
+            if isinstance(value, str):
+                return value
+        elif isinstance(current, (list, tuple)):
+            if isinstance(value, (list, tuple)):
+                return list(value)
+        else:
+            return value
+        raise UserError(
+            f"hparam '{key}': expected {type(current).__name__}, got {type(value).__name__} {value!r}"
+        )
+
+    def parse(self, overrides: str) -> HParams:
+        """Applies 'a=1,b=0.5,c=true,d=[1,2],e=text' in place; returns self."""
+        for piece in _split_overrides(overrides or ""):
+            key, sep, raw = piece.partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise UserError(f"--hparams: '{piece}' is not of the form name=value")
+            if key not in self._values:
+                raise UserError(f"unknown hparam '{key}'{did_you_mean(key, self._values)}")
+            self._values[key] = self._parse_value(key, raw, self._values[key])
+        return self
+
+    def _parse_value(self, key: str, raw: str, current: Any) -> Any:
+        if current is None:
+            return _infer(raw)
+        if isinstance(current, (list, tuple)):
+            text = raw.strip()
+            if not (text.startswith("[") and text.endswith("]")):
+                raise UserError(f"hparam '{key}': expected a list like [1,2], got '{raw}'")
+            items = [p for p in text[1:-1].split(",") if p.strip()]
+            kind = type(current[0]) if current else None
+            return [_parse_scalar(key, p, kind) if kind else _infer(p) for p in items]
+        return _parse_scalar(key, raw, type(current))
+
+    def override_from_dict(self, values: dict[str, Any]) -> HParams:
+        for key, value in values.items():
+            self.set_hparam(key, value)
+        return self
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self._values, indent=indent, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> HParams:
+        return cls(**json.loads(text))

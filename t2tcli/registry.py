@@ -1,0 +1,187 @@
+"""The one registry of problems, mixtures and hparams sets shared by every binary.
+
+Built-in `problems/` and `hparams/` are imported through `import_usr_dir`, exactly
+like a user's `--usr_dir`, so user code has no second-class path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from t2tcli.errors import UserError, did_you_mean
+
+T = TypeVar("T")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUILTIN_DIRS = (REPO_ROOT / "problems", REPO_ROOT / "hparams")
+
+_PROBLEMS: dict[str, type] = {}
+_MIXTURES: dict[str, type] = {}
+_HPARAMS: dict[str, Callable[[], Any]] = {}
+_KINDS = {"problem": _PROBLEMS, "mixture": _MIXTURES, "hparams set": _HPARAMS}
+_IMPORTED_DIRS: set[Path] = set()
+
+
+def snake_case(name: str) -> str:
+    """CamelCase -> camel_case, keeping digit runs attached (T5Small -> t5_small)."""
+    name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    name = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
+    return name.lower()
+
+
+def _register(table: dict[str, Any], kind: str, obj_or_name: Any) -> Any:
+    def add(obj: T, name: str | None) -> T:
+        key = name or snake_case(obj.__name__)
+        for other_kind, other in _KINDS.items():
+            if key in other and (other is table or {kind, other_kind} == {"problem", "mixture"}):
+                raise UserError(
+                    f"{kind} '{key}' is already registered as a {other_kind} "
+                    f"(by {_origin(other[key])}); pick another name"
+                )
+        if isinstance(obj, type):
+            obj.name = key
+        table[key] = obj
+        return obj
+
+    if isinstance(obj_or_name, str) or obj_or_name is None:
+        return lambda obj: add(obj, obj_or_name)
+    return add(obj_or_name, None)
+
+
+def _origin(obj: Any) -> str:
+    module = sys.modules.get(getattr(obj, "__module__", ""), None)
+    return getattr(module, "__file__", None) or getattr(obj, "__module__", "?")
+
+
+def register_problem(obj_or_name: Any = None) -> Any:
+    """Class decorator: `@register_problem` or `@register_problem("name")`."""
+    return _register(_PROBLEMS, "problem", obj_or_name)
+
+
+def register_mixture(obj_or_name: Any = None) -> Any:
+    """Class decorator for Mixtures; mixtures share the problem namespace."""
+    return _register(_MIXTURES, "mixture", obj_or_name)
+
+
+def register_hparams(obj_or_name: Any = None) -> Any:
+    """Function decorator: the function returns an HParams."""
+    return _register(_HPARAMS, "hparams set", obj_or_name)
+
+
+def _lookup(table: dict[str, Any], kind: str, name: str, extra: dict[str, Any] | None = None) -> Any:
+    load_builtins()
+    if name in table:
+        return table[name]
+    if extra is not None and name in extra:
+        return extra[name]
+    names = list(table) + list(extra or {})
+    hint = did_you_mean(name, names) or "; run with --registry_help to list them"
+    raise UserError(f"unknown {kind} '{name}'{hint}")
+
+
+def problem(name: str) -> Any:
+    """An instance of the problem or mixture registered as `name`."""
+    if not name:
+        raise UserError("--problem is required; run with --registry_help to list problems")
+    return _lookup(_PROBLEMS, "problem", name, _MIXTURES)()
+
+
+def hparams(name: str) -> Any:
+    """A fresh HParams from the set registered as `name`."""
+    if not name:
+        raise UserError("--hparams_set is required; run with --registry_help to list them")
+    return _lookup(_HPARAMS, "hparams set", name)()
+
+
+def list_problems() -> list[str]:
+    load_builtins()
+    return sorted(_PROBLEMS)
+
+
+def list_mixtures() -> list[str]:
+    load_builtins()
+    return sorted(_MIXTURES)
+
+
+def list_hparams() -> list[str]:
+    load_builtins()
+    return sorted(_HPARAMS)
+
+
+def registry_help() -> str:
+    """The --registry_help text: one name per line, grouped by kind."""
+    lines: list[str] = []
+    for title, names in (
+        ("Problems", list_problems()),
+        ("Mixtures", list_mixtures()),
+        ("HParams sets", list_hparams()),
+    ):
+        lines.append(f"{title}:")
+        lines.extend(f"  {n}" for n in names) if names else lines.append("  (none)")
+    return "\n".join(lines)
+
+
+def load_builtins() -> None:
+    for path in BUILTIN_DIRS:
+        if path.is_dir():
+            import_usr_dir(str(path))
+
+
+def import_usr_dir(usr_dir: str) -> None:
+    """Imports a directory of user code so its decorators register problems / hparams.
+
+    A directory with `__init__.py` is imported as a package (relative imports work);
+    otherwise every `*.py` in it is imported, in name order. Importing the same
+    directory twice is a no-op. A failure inside user code is re-raised as a UserError
+    naming the user's file and line.
+    """
+    path = Path(usr_dir).expanduser().resolve()
+    if path in _IMPORTED_DIRS:
+        return
+    if not path.exists():
+        raise UserError(f"--usr_dir={usr_dir}: no such directory")
+    _IMPORTED_DIRS.add(path)
+    if path.is_file():
+        files = [path]
+        package_init = None
+    else:
+        package_init = path / "__init__.py"
+        files = [package_init] if package_init.exists() else sorted(path.glob("*.py"))
+    tag = hashlib.sha1(str(path).encode()).hexdigest()[:8]
+    for file in files:
+        is_pkg = file == package_init
+        stem = path.name if is_pkg else file.stem
+        module_name = f"t2t_usr_{tag}_{re.sub(r'[^0-9a-zA-Z_]', '_', stem)}"
+        spec = importlib.util.spec_from_file_location(
+            module_name, file, submodule_search_locations=[str(path)] if is_pkg else None
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except UserError:
+            _IMPORTED_DIRS.discard(path)
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported with the user's file and line
+            _IMPORTED_DIRS.discard(path)
+            sys.modules.pop(module_name, None)
+            raise UserError(f"error in user code {_user_frame(exc, path)}: {type(exc).__name__}: {exc}") from exc
+
+
+def _user_frame(exc: BaseException, root: Path) -> str:
+    """'file:line' of the deepest traceback frame inside `root` (or of a SyntaxError)."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}"
+    where = str(root)
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if Path(frame.filename).resolve().is_relative_to(root if root.is_dir() else root.parent):
+            where = f"{frame.filename}:{frame.lineno}"
+    return where
