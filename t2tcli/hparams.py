@@ -63,9 +63,7 @@ def _parse_scalar(key: str, raw: str, kind: type) -> Any:
         if kind is float:
             return float(text)
     except ValueError:
-        raise UserError(
-            f"hparam '{key}': expected {kind.__name__}, got '{raw}'"
-        ) from None
+        raise UserError(f"hparam '{key}': expected {kind.__name__}, got '{raw}'") from None
     return text
 
 
@@ -158,9 +156,7 @@ class HParams:
                 return list(value)
         else:
             return value
-        raise UserError(
-            f"hparam '{key}': expected {type(current).__name__}, got {type(value).__name__} {value!r}"
-        )
+        raise UserError(f"hparam '{key}': expected {type(current).__name__}, got {type(value).__name__} {value!r}")
 
     def parse(self, overrides: str) -> HParams:
         """Applies 'a=1,b=0.5,c=true,d=[1,2],e=text' in place; returns self."""

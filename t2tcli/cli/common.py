@@ -8,8 +8,10 @@ from collections.abc import Callable
 
 from absl import app, logging
 
-from t2tcli import compat  # noqa: F401  (shims and quiet TensorFlow first)
-from t2tcli import registry
+from t2tcli import (
+    compat,  # noqa: F401  (shims and quiet TensorFlow first)
+    registry,
+)
 from t2tcli.errors import UserError
 from t2tcli.flags import FLAGS
 
