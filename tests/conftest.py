@@ -1,0 +1,43 @@
+"""Shared test helpers: run the binaries as a user would, from the checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from t2tcli import compat  # noqa: E402,F401
+
+
+def run_binary(
+    name: str,
+    *args: str,
+    check: bool = False,
+    stdin: str | None = None,
+    timeout: float = 900,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
+    """Runs bin/<name> with `args` in a fresh Python process; returns the completed process."""
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bin" / name), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{name} {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def binary():
+    return run_binary
