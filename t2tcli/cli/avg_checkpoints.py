@@ -1,13 +1,24 @@
-"""t2t-avg-checkpoints (its work lands with its own module)."""
+"""t2t-avg-checkpoints: average the last N checkpoints into a new model_dir."""
 
 from __future__ import annotations
 
+from absl import flags, logging
+
 from t2tcli.cli import common
-from t2tcli.errors import UserError
+
+flags.DEFINE_integer("num_last", 5, "How many of the newest checkpoints to average.")
+flags.DEFINE_string("output_dir", None, "Where the averaged checkpoint (a usable --model_dir) is written.")
+
+FLAGS = flags.FLAGS
 
 
 def main() -> None:
-    raise UserError("not available yet")
+    common.require("model_dir", "output_dir")
+    from t2tcli import checkpoints
+
+    path, steps = checkpoints.average(FLAGS.model_dir, FLAGS.num_last, FLAGS.output_dir)
+    logging.info("averaged %d checkpoints (steps %s) into %s", len(steps), ",".join(map(str, steps)), path)
+    print(path)
 
 
 def run() -> None:

@@ -1,0 +1,180 @@
+"""Built-in hparams sets of the Mesh TensorFlow encoder-decoder transformer.
+
+`base()` lists every hparam the model, input pipeline and trainer read, with its
+default; each registered set starts from it and changes only what differs, so a set is
+a readable diff. The `t5_*` sets use T5 v1.0's dimensions and layer layout (relu FFN,
+shared embeddings, relative attention, vocabulary padded to a multiple of 128), so the
+variables are named and shaped as in the released T5 mesh checkpoints; the `*_tpu`
+presets add T5's published v2-8 model parallelism and batch sizes.
+"""
+
+from __future__ import annotations
+
+from t2tcli.hparams import HParams
+from t2tcli.registry import register_hparams
+
+
+def base() -> HParams:
+    """Every hparam with its default (the values of `mtf_transformer_base`)."""
+    return HParams(
+        # Model dimensions.
+        d_model=512,
+        d_ff=2048,
+        num_heads=8,
+        d_kv=64,
+        num_encoder_layers=6,
+        num_decoder_layers=6,
+        ffn_activation="relu",
+        relative_attention_num_buckets=32,
+        vocab_divisor=128,
+        # Regularisation and loss.
+        dropout_rate=0.1,
+        label_smoothing=0.0,
+        z_loss=1e-4,
+        # Numerics: bfloat16 activations run ~5x faster than float32 on AMX CPUs and TPUs;
+        # variables stay float32 either way.
+        activation_dtype="bfloat16",
+        # Sequences and batches.
+        inputs_length=128,
+        targets_length=128,
+        batch_size=64,
+        batch_size_unit="sequences",  # or "tokens": batch_size / max(lengths) sequences
+        pack=True,
+        # Optimizer and learning-rate schedule.
+        optimizer="adafactor",  # or "adam"
+        learning_rate_schedule="rsqrt_decay",  # or "constant", "linear_decay"
+        learning_rate=0.01,  # peak (rsqrt_decay: the value during warmup), or the constant
+        warmup_steps=10000,
+        decay_steps=0,  # linear_decay: steps to reach zero (0: the run's --train_steps)
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        adam_epsilon=1e-8,
+        weight_decay=0.0,
+        # Mesh: empty mesh_shape = one device.
+        mesh_shape="",
+        layout="batch:batch;d_ff:model;heads:model;vocab:model;experts:batch",
+        # Decoding (PREDICT mode).
+        beam_size=1,
+        alpha=0.6,
+        temperature=0.0,
+        top_k=0,
+        max_decode_length=0,  # 0: targets_length
+    )
+
+
+def _t5(d_model: int, d_ff: int, num_heads: int, d_kv: int, num_layers: int) -> HParams:
+    hp = base()
+    hp.override_from_dict(
+        dict(
+            d_model=d_model,
+            d_ff=d_ff,
+            num_heads=num_heads,
+            d_kv=d_kv,
+            num_encoder_layers=num_layers,
+            num_decoder_layers=num_layers,
+            dropout_rate=0.1,
+            inputs_length=512,
+            targets_length=512,
+            batch_size=128,
+            # T5's fine-tuning recipe: constant 1e-3 with Adafactor.
+            learning_rate_schedule="constant",
+            learning_rate=0.001,
+            warmup_steps=0,
+        )
+    )
+    return hp
+
+
+@register_hparams
+def mtf_transformer_tiny() -> HParams:
+    """Two small layers each side: trains a toy problem in a CPU test."""
+    hp = base()
+    hp.override_from_dict(
+        dict(
+            d_model=64,
+            d_ff=256,
+            num_heads=4,
+            d_kv=16,
+            num_encoder_layers=2,
+            num_decoder_layers=2,
+            dropout_rate=0.0,
+            inputs_length=32,
+            targets_length=32,
+            batch_size=32,
+            learning_rate=0.01,
+            warmup_steps=100,
+        )
+    )
+    return hp
+
+
+@register_hparams
+def mtf_transformer_small() -> HParams:
+    hp = base()
+    hp.override_from_dict(
+        dict(d_model=256, d_ff=1024, num_heads=4, d_kv=64, num_encoder_layers=4, num_decoder_layers=4)
+    )
+    return hp
+
+
+@register_hparams
+def mtf_transformer_base() -> HParams:
+    return base()
+
+
+@register_hparams
+def t5_small() -> HParams:
+    return _t5(512, 2048, 8, 64, 6)
+
+
+@register_hparams
+def t5_base() -> HParams:
+    return _t5(768, 3072, 12, 64, 12)
+
+
+@register_hparams
+def t5_large() -> HParams:
+    return _t5(1024, 4096, 16, 64, 24)
+
+
+@register_hparams("t5_3B")
+def t5_3b() -> HParams:
+    return _t5(1024, 16384, 32, 128, 24)
+
+
+@register_hparams("t5_11B")
+def t5_11b() -> HParams:
+    return _t5(1024, 65536, 128, 128, 24)
+
+
+def _tpu_v2_8(hp: HParams, model_parallelism: int, batch_size: int) -> HParams:
+    """T5's published v2-8 recipe: 8 cores split into model x batch parallelism."""
+    hp.mesh_shape = f"model:{model_parallelism},batch:{8 // model_parallelism}"
+    hp.batch_size = batch_size
+    hp.activation_dtype = "bfloat16"
+    return hp
+
+
+@register_hparams
+def t5_small_tpu() -> HParams:
+    return _tpu_v2_8(t5_small(), 1, 256)
+
+
+@register_hparams
+def t5_base_tpu() -> HParams:
+    return _tpu_v2_8(t5_base(), 2, 128)
+
+
+@register_hparams
+def t5_large_tpu() -> HParams:
+    return _tpu_v2_8(t5_large(), 8, 64)
+
+
+@register_hparams("t5_3B_tpu")
+def t5_3b_tpu() -> HParams:
+    return _tpu_v2_8(t5_3b(), 8, 16)
+
+
+@register_hparams("t5_11B_tpu")
+def t5_11b_tpu() -> HParams:
+    return _tpu_v2_8(t5_11b(), 8, 16)

@@ -1,0 +1,145 @@
+"""Finding checkpoints in a model_dir and averaging the last few of them.
+
+Eval, decode and export all accept the same ways of naming a checkpoint, resolved
+here, so "latest", a step number and a path mean the same thing to every binary.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+
+from absl import logging
+
+from t2tcli.compat import tf
+from t2tcli.errors import UserError
+from t2tcli.run_info import HPARAMS_FILE, RUN_FILE, VOCAB_FILE
+
+_STEP_RE = re.compile(r"-(\d+)$")
+
+
+def step_of(checkpoint_path: str) -> int:
+    """The global step of a checkpoint: from its name, else from its variables."""
+    match = _STEP_RE.search(checkpoint_path)
+    if match:
+        return int(match.group(1))
+    try:
+        return int(tf.train.load_checkpoint(checkpoint_path).get_tensor("global_step"))
+    except (tf.errors.NotFoundError, ValueError):
+        return 0
+
+
+def list_checkpoints(model_dir: str) -> list[tuple[int, str]]:
+    """(step, path prefix) of every complete checkpoint in model_dir, oldest first.
+
+    A checkpoint counts once its `.index` file exists: the saver writes the index
+    last, so a checkpoint being written is never picked up half-done.
+    """
+    found: dict[int, str] = {}
+    for index in glob.glob(os.path.join(glob.escape(model_dir), "*.index")):
+        prefix = index[: -len(".index")]
+        if not glob.glob(glob.escape(prefix) + ".data-*"):
+            continue
+        found[step_of(prefix)] = prefix
+    return sorted(found.items())
+
+
+def resolve(model_dir: str, spec: str | None) -> tuple[int, str]:
+    """(step, path) of the checkpoint named by `spec`: None/'latest', a step, a path or a dir."""
+    if spec in (None, "", "latest"):
+        path = tf.train.latest_checkpoint(model_dir)
+        if path is None:
+            ckpts = list_checkpoints(model_dir)
+            if not ckpts:
+                raise UserError(f"no checkpoint in --model_dir={model_dir}; train a model first")
+            return ckpts[-1]
+        return step_of(path), path
+    if spec.isdigit():
+        for step, path in list_checkpoints(model_dir):
+            if step == int(spec):
+                return step, path
+        have = ", ".join(str(s) for s, _ in list_checkpoints(model_dir)) or "none"
+        raise UserError(f"no checkpoint of step {spec} in {model_dir} (have: {have})")
+    if os.path.isdir(spec):
+        return resolve(spec, None)
+    if not os.path.exists(spec + ".index"):
+        raise UserError(f"checkpoint {spec} not found (expected {spec}.index)")
+    return step_of(spec), spec
+
+
+def select(model_dir: str, spec: str) -> list[tuple[int, str]]:
+    """Checkpoints named by --checkpoint: 'latest', 'all' or 'STEP[,STEP...]'."""
+    if spec == "all":
+        ckpts = list_checkpoints(model_dir)
+        if not ckpts:
+            raise UserError(f"no checkpoint in --model_dir={model_dir}; train a model first")
+        return ckpts
+    if spec == "latest":
+        return [resolve(model_dir, None)]
+    steps = [s.strip() for s in spec.split(",") if s.strip()]
+    if not steps or not all(s.isdigit() for s in steps):
+        raise UserError(f"--checkpoint={spec}: expected latest, all or STEP[,STEP...]")
+    return [resolve(model_dir, s) for s in steps]
+
+
+def average(model_dir: str, num_last: int, output_dir: str) -> tuple[str, list[int]]:
+    """Averages the float variables of the last `num_last` checkpoints into output_dir.
+
+    Non-float variables (the global step, integer counters) come from the newest
+    checkpoint, so training state read from the result matches that checkpoint.
+    The run description and vocabulary are copied too: output_dir is itself a
+    model_dir that eval, decode and export accept. Returns (path, steps averaged).
+    """
+    if num_last < 1:
+        raise UserError(f"--num_last={num_last}: must be at least 1")
+    ckpts = list_checkpoints(model_dir)
+    if not ckpts:
+        raise UserError(f"no checkpoint in --model_dir={model_dir}")
+    if len(ckpts) < num_last:
+        logging.warning("only %d checkpoints in %s; averaging all of them", len(ckpts), model_dir)
+    chosen = ckpts[-num_last:]
+    newest_step, newest_path = chosen[-1]
+    newest = tf.train.load_checkpoint(newest_path)
+    shapes = newest.get_variable_to_shape_map()
+    dtypes = newest.get_variable_to_dtype_map()
+    values = {name: newest.get_tensor(name) for name in shapes}
+    floats = [n for n in shapes if dtypes[n].is_floating]
+    for n in floats:
+        values[n] = values[n].astype("float64")
+    for _, path in chosen[:-1]:
+        reader = tf.train.load_checkpoint(path)
+        for n in floats:
+            if not reader.has_tensor(n) or tuple(reader.get_variable_to_shape_map()[n]) != tuple(shapes[n]):
+                raise UserError(f"checkpoint {path} does not match {newest_path} at variable '{n}'")
+            values[n] = values[n] + reader.get_tensor(n)
+    for n in floats:
+        values[n] = (values[n] / len(chosen)).astype(dtypes[n].as_numpy_dtype)
+
+    if os.path.abspath(output_dir) == os.path.abspath(model_dir):
+        raise UserError("--output_dir must differ from --model_dir")
+    os.makedirs(output_dir, exist_ok=True)
+    out_path = os.path.join(output_dir, f"model.ckpt-{newest_step}")
+    _write(values, out_path)
+    for name in (RUN_FILE, HPARAMS_FILE, VOCAB_FILE):
+        src = os.path.join(model_dir, name)
+        if os.path.exists(src):
+            shutil.copyfile(src, os.path.join(output_dir, name + ".tmp"))
+            os.replace(os.path.join(output_dir, name + ".tmp"), os.path.join(output_dir, name))
+    return out_path, [s for s, _ in chosen]
+
+
+def _write(values: dict, out_path: str) -> None:
+    """Saves named arrays as a TF1 checkpoint and points the `checkpoint` file at it last."""
+    graph = tf.Graph()
+    with graph.as_default():
+        variables = []
+        for name, value in values.items():
+            variables.append(tf.compat.v1.Variable(value, name=name, trainable=False))
+        saver = tf.compat.v1.train.Saver(variables, sharded=False, save_relative_paths=True)
+        with tf.compat.v1.Session(graph=graph) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            # The `checkpoint` state file is written after the data, so readers never see
+            # a state file that names a half-written checkpoint.
+            saver.save(sess, out_path, write_meta_graph=False, write_state=True)

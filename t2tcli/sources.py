@@ -1,0 +1,368 @@
+"""Where raw records come from: CSV, TSV, JSONL, TFDS and generated data.
+
+Every source yields `Chunk`s of a few thousand records as a pandas DataFrame of
+strings, so memory stays flat however large the input grows, and so the per-record
+Python work in datagen is limited to what a problem's preprocessing really needs.
+Each record carries the line it starts on, for error and skip reports, and a stable
+key, from which datagen derives the train/dev split and the shard by hashing.
+
+Bad input is a one-line `UserError` naming the file and the column or line.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from t2tcli.errors import UserError
+
+DEFAULT_CHUNK_ROWS = 20_000
+
+
+@dataclasses.dataclass
+class Chunk:
+    """A block of raw records: string columns, plus their start lines and stable keys."""
+
+    frame: pd.DataFrame
+    lines: np.ndarray
+    keys: np.ndarray
+
+
+@dataclasses.dataclass
+class ReadOptions:
+    """Settings of one datagen run that sources need but problems should not hard-code."""
+
+    chunk_rows: int = DEFAULT_CHUNK_ROWS
+    tfds_data_dir: str | None = None
+
+
+class Source:
+    """Base of all sources. `required` columns must be non-blank or the record is skipped."""
+
+    origin: str = "?"
+    required: tuple[str, ...] = ()
+
+    def chunks(self, options: ReadOptions) -> Iterator[Chunk]:
+        raise NotImplementedError
+
+    def fingerprint(self) -> str:
+        """Changes whenever the records would change, so stale outputs are regenerated."""
+        raise NotImplementedError
+
+
+def raw_dir(tmp_dir: str | None, fallback: str | os.PathLike) -> str:
+    """`--tmp_dir` when given, else the data shipped in the checkout."""
+    return str(tmp_dir) if tmp_dir else str(fallback)
+
+
+def file_fingerprint(path: str) -> str:
+    """sha256 of the file's bytes: robust against touched mtimes and copied files."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def _check_file(path: str) -> None:
+    if not os.path.exists(path):
+        raise UserError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise UserError(f"{path}: is a directory, expected a file")
+    if os.path.getsize(path) == 0:
+        raise UserError(f"{path}: empty file (expected a header line)")
+
+
+def _first_undecodable_line(path: str) -> str:
+    """'line N' of the first line that is not UTF-8, for a decode error message."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return f"line {number}, byte {exc.start + 1} (0x{raw[exc.start]:02x})"
+    return "unknown line"
+
+
+class _FileSource(Source):
+    """Shared by file-backed sources: path checks, fingerprint, key column."""
+
+    def __init__(self, path: str, columns: Sequence[str], required: Sequence[str] | None, key: str | None) -> None:
+        self.path = str(path)
+        self.origin = self.path
+        self.columns = tuple(columns)
+        self.required = tuple(self.columns if required is None else required)
+        self.key = key
+        unknown = [c for c in (*self.required, *([key] if key else [])) if c not in self.columns]
+        if unknown:
+            raise ValueError(f"required/key columns {unknown} are not among the columns {self.columns}")
+
+    def fingerprint(self) -> str:
+        _check_file(self.path)
+        return file_fingerprint(self.path)
+
+    def _keys(self, frame: pd.DataFrame, lines: np.ndarray) -> np.ndarray:
+        if self.key is None:
+            return lines.astype(np.int64)
+        return frame[self.key].to_numpy(dtype=object)
+
+
+class CsvSource(_FileSource):
+    """A delimited file with a header, read by pandas' C parser in chunks.
+
+    Handles quoted fields with embedded delimiters, quotes and newlines, UTF-8 with or
+    without BOM, and CRLF line ends. Every field is read as a string, blanks as "".
+    `key` names a column whose value identifies a row stably (e.g. Kaggle's `id`);
+    without it the row's line number is the key.
+    """
+
+    sep = ","
+    quoting = csv.QUOTE_MINIMAL
+    kind = "CSV"
+
+    def __init__(
+        self,
+        path: str,
+        columns: Sequence[str],
+        required: Sequence[str] | None = None,
+        key: str | None = None,
+    ) -> None:
+        super().__init__(path, columns, required, key)
+
+    def _reader(self, chunk_rows: int, nrows: int | None = None) -> Any:
+        return pd.read_csv(
+            self.path,
+            sep=self.sep,
+            quoting=self.quoting,
+            dtype=str,
+            na_filter=False,
+            keep_default_na=False,
+            encoding="utf-8-sig",
+            engine="c",
+            usecols=list(self.columns) if nrows is None else None,
+            chunksize=chunk_rows if nrows is None else None,
+            nrows=nrows,
+            skip_blank_lines=True,
+        )
+
+    def _check_header(self) -> None:
+        try:
+            header = list(self._reader(0, nrows=0).columns)
+        except pd.errors.EmptyDataError:
+            raise UserError(f"{self.path}: empty file (expected a header line)") from None
+        except UnicodeDecodeError:
+            raise UserError(f"{self.path}: not valid UTF-8 at {_first_undecodable_line(self.path)}") from None
+        missing = [c for c in self.columns if c not in header]
+        if missing:
+            raise UserError(
+                f"{self.path}: missing column{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(repr(c) for c in missing)} (header has: {', '.join(header)})"
+            )
+
+    def chunks(self, options: ReadOptions) -> Iterator[Chunk]:
+        _check_file(self.path)
+        self._check_header()
+        next_line = 2  # line 1 is the header
+        rows = 0
+        try:
+            for frame in self._reader(options.chunk_rows):
+                frame = frame[list(self.columns)].reset_index(drop=True)
+                lines, next_line = _start_lines(frame, next_line)
+                rows += len(frame)
+                yield Chunk(frame, lines, self._keys(frame, lines))
+        except UnicodeDecodeError:
+            raise UserError(f"{self.path}: not valid UTF-8 at {_first_undecodable_line(self.path)}") from None
+        except pd.errors.ParserError as exc:
+            detail = str(exc).strip().splitlines()[-1].removeprefix("Error tokenizing data. C error: ")
+            raise UserError(f"{self.path}: malformed {self.kind}: {detail}") from None
+        if rows == 0:
+            raise UserError(f"{self.path}: no data rows after the header")
+
+
+def _start_lines(frame: pd.DataFrame, first_line: int) -> tuple[np.ndarray, int]:
+    """Line each record starts on, counting newlines kept inside quoted fields.
+
+    Blank lines between records (which pandas skips) are not counted, so the numbers
+    are exact for files without them.
+    """
+    extra = np.zeros(len(frame), dtype=np.int64)
+    for column in frame.columns:
+        values = frame[column].to_numpy(dtype=object)
+        extra += np.fromiter((v.count("\n") for v in values), dtype=np.int64, count=len(values))
+    spans = extra + 1
+    starts = first_line + np.concatenate(([0], np.cumsum(spans)[:-1])) if len(frame) else spans
+    return starts.astype(np.int64), first_line + int(spans.sum())
+
+
+class TsvSource(CsvSource):
+    """Tab-separated lines with a header and no quoting: a tab or newline ends a field."""
+
+    sep = "\t"
+    quoting = csv.QUOTE_NONE
+    kind = "TSV"
+
+
+class JsonlSource(_FileSource):
+    """One JSON object per line; string values may hold newlines (escaped as \\n)."""
+
+    def __init__(
+        self,
+        path: str,
+        columns: Sequence[str],
+        required: Sequence[str] | None = None,
+        key: str | None = None,
+    ) -> None:
+        super().__init__(path, columns, required, key)
+
+    def chunks(self, options: ReadOptions) -> Iterator[Chunk]:
+        _check_file(self.path)
+        records: list[list[str]] = []
+        lines: list[int] = []
+        seen = 0
+        with open(self.path, "rb") as f:
+            for number, raw in enumerate(f, start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    raise UserError(f"{self.path}: not valid UTF-8 at line {number}, byte {exc.start + 1}") from None
+                try:
+                    obj = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise UserError(f"{self.path}: line {number}: invalid JSON ({exc.msg})") from None
+                if not isinstance(obj, dict):
+                    raise UserError(f"{self.path}: line {number}: expected a JSON object, got {type(obj).__name__}")
+                missing = [c for c in self.columns if c not in obj]
+                if missing:
+                    raise UserError(f"{self.path}: line {number}: missing field {missing[0]!r}")
+                records.append(["" if obj[c] is None else str(obj[c]) for c in self.columns])
+                lines.append(number)
+                if len(records) >= options.chunk_rows:
+                    yield self._chunk(records, lines)
+                    seen += len(records)
+                    records, lines = [], []
+        if records:
+            seen += len(records)
+            yield self._chunk(records, lines)
+        if seen == 0:
+            raise UserError(f"{self.path}: no records")
+
+    def _chunk(self, records: list[list[str]], lines: list[int]) -> Chunk:
+        frame = pd.DataFrame(records, columns=list(self.columns), dtype=object)
+        line_array = np.asarray(lines, dtype=np.int64)
+        return Chunk(frame, line_array, self._keys(frame, line_array))
+
+
+class GeneratedSource(Source):
+    """Records made by a deterministic function: toy problems that need no files.
+
+    `make(n_rows, seed)` returns a DataFrame of string columns; the key is the row index.
+    """
+
+    def __init__(self, name: str, make: Callable[[int, int], pd.DataFrame], rows: int, seed: int) -> None:
+        self.origin = f"<generated {name}>"
+        self.make = make
+        self.rows = rows
+        self.seed = seed
+        self.required = ()
+
+    def fingerprint(self) -> str:
+        return f"generated:{self.origin}:rows={self.rows}:seed={self.seed}"
+
+    def chunks(self, options: ReadOptions) -> Iterator[Chunk]:
+        frame = self.make(self.rows, self.seed).reset_index(drop=True)
+        for start in range(0, len(frame), options.chunk_rows):
+            part = frame.iloc[start : start + options.chunk_rows].reset_index(drop=True)
+            index = np.arange(start + 1, start + 1 + len(part), dtype=np.int64)
+            yield Chunk(part, index, index)
+
+
+class TfdsSource(Source):
+    """A split of a prepared TensorFlow Datasets dataset, read offline.
+
+    `name` is "dataset/config:version" as TFDS spells it, `split` any TFDS split
+    expression ("train[:90%]"). `fields` maps the record columns to TFDS feature names;
+    bytes become UTF-8 strings and numbers their decimal text.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        split: str,
+        fields: dict[str, str],
+        required: Sequence[str] = (),
+    ) -> None:
+        self.name = name
+        self.split = split
+        self.fields = dict(fields)
+        self.required = tuple(required)
+        self.origin = f"tfds:{name}[{split}]"
+
+    def fingerprint(self) -> str:
+        return f"tfds:{self.name}:{self.split}:{json.dumps(self.fields, sort_keys=True)}"
+
+    def chunks(self, options: ReadOptions) -> Iterator[Chunk]:
+        import tensorflow_datasets as tfds
+
+        from t2tcli.compat import tf  # noqa: F401  (quiet TensorFlow before TFDS loads it)
+
+        data_dir = options.tfds_data_dir or os.environ.get("TFDS_DATA_DIR") or os.path.expanduser(
+            "~/tensorflow_datasets"
+        )
+        how = (
+            f"prepare it once on a machine with network: tfds build {self.name.split(':')[0]} "
+            f"--data_dir={data_dir} (then pass --tfds_data_dir={data_dir})"
+        )
+        try:
+            builder = tfds.builder(self.name, data_dir=data_dir)
+        except Exception as exc:  # noqa: BLE001 - unknown names, versions, configs
+            raise UserError(f"TFDS dataset '{self.name}': {str(exc).splitlines()[0]}") from None
+        if not builder.is_prepared():
+            raise UserError(f"TFDS dataset '{self.name}' is not prepared in {data_dir}; {how}")
+        try:
+            dataset = builder.as_dataset(split=self.split, shuffle_files=False)
+        except Exception as exc:  # noqa: BLE001 - bad split expressions
+            raise UserError(f"TFDS dataset '{self.name}' split '{self.split}': {str(exc).splitlines()[0]}") from None
+        columns = list(self.fields)
+        records: list[list[str]] = []
+        index = 0
+        for example in tfds.as_numpy(dataset):
+            row = []
+            for column in columns:
+                feature = self.fields[column]
+                if feature not in example:
+                    raise UserError(
+                        f"TFDS dataset '{self.name}' has no feature '{feature}' (has: {', '.join(sorted(example))})"
+                    )
+                row.append(_tfds_text(example[feature]))
+            records.append(row)
+            if len(records) >= options.chunk_rows:
+                yield self._chunk(records, index)
+                index += len(records)
+                records = []
+        if records:
+            yield self._chunk(records, index)
+
+    def _chunk(self, records: list[list[str]], start: int) -> Chunk:
+        frame = pd.DataFrame(records, columns=list(self.fields), dtype=object)
+        numbers = np.arange(start + 1, start + 1 + len(records), dtype=np.int64)
+        return Chunk(frame, numbers, numbers)
+
+
+def _tfds_text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, np.ndarray) and value.shape == ():
+        value = value.item()
+        if isinstance(value, bytes):
+            return value.decode("utf-8", errors="replace")
+    return str(value)

@@ -1,0 +1,81 @@
+"""Checkpoint listing, selection and averaging on hand-made checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from t2tcli import checkpoints
+from t2tcli.compat import tf
+from t2tcli.errors import UserError
+
+
+def make_checkpoint(model_dir: str, step: int, w: np.ndarray, b: float) -> str:
+    graph = tf.Graph()
+    with graph.as_default():
+        variables = [
+            tf.compat.v1.Variable(w.astype(np.float32), name="layer/w"),
+            tf.compat.v1.Variable(np.float32(b), name="layer/b"),
+            tf.compat.v1.Variable(np.int64(step), name="global_step"),
+        ]
+        saver = tf.compat.v1.train.Saver(variables)
+        with tf.compat.v1.Session(graph=graph) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            return saver.save(sess, os.path.join(model_dir, "model.ckpt"), global_step=step, write_meta_graph=False)
+
+
+@pytest.fixture
+def two_checkpoints(tmp_path):
+    model_dir = str(tmp_path / "m")
+    os.makedirs(model_dir)
+    make_checkpoint(model_dir, 10, np.array([[1.0, 2.0], [3.0, 4.0]]), 1.0)
+    make_checkpoint(model_dir, 20, np.array([[3.0, 6.0], [5.0, 0.0]]), 2.0)
+    for name, text in (
+        ("run.json", json.dumps({"problem": "p", "hparams_set": "h", "data_dir": "d"})),
+        ("hparams.json", "{}"),
+        ("vocab.model", "v"),
+    ):
+        (tmp_path / "m" / name).write_text(text)
+    return model_dir
+
+
+def test_list_select_and_resolve(two_checkpoints):
+    model_dir = two_checkpoints
+    assert [s for s, _ in checkpoints.list_checkpoints(model_dir)] == [10, 20]
+    assert checkpoints.resolve(model_dir, "latest")[0] == 20
+    assert checkpoints.resolve(model_dir, "10")[0] == 10
+    assert [s for s, _ in checkpoints.select(model_dir, "all")] == [10, 20]
+    assert [s for s, _ in checkpoints.select(model_dir, "20,10")] == [20, 10]
+    with pytest.raises(UserError, match="no checkpoint of step 15"):
+        checkpoints.select(model_dir, "15")
+    with pytest.raises(UserError, match="expected latest, all"):
+        checkpoints.select(model_dir, "newest")
+
+
+def test_average_two_known_checkpoints(two_checkpoints, tmp_path):
+    out_dir = str(tmp_path / "avg")
+    path, steps = checkpoints.average(two_checkpoints, 2, out_dir)
+    assert steps == [10, 20]
+    assert tf.train.latest_checkpoint(out_dir) == path
+    reader = tf.train.load_checkpoint(path)
+    np.testing.assert_allclose(reader.get_tensor("layer/w"), [[2.0, 4.0], [4.0, 2.0]])
+    assert reader.get_tensor("layer/b") == pytest.approx(1.5)
+    assert reader.get_tensor("layer/w").dtype == np.float32
+    assert reader.get_tensor("global_step") == 20
+    assert checkpoints.resolve(out_dir, None)[0] == 20
+    for name in ("run.json", "hparams.json", "vocab.model"):
+        assert os.path.exists(os.path.join(out_dir, name))
+
+
+def test_average_binary(two_checkpoints, tmp_path, binary):
+    out_dir = str(tmp_path / "avg1")
+    proc = binary("t2t-avg-checkpoints", f"--model_dir={two_checkpoints}", "--num_last=1", f"--output_dir={out_dir}")
+    assert proc.returncode == 0, proc.stderr
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(out_dir))
+    np.testing.assert_allclose(reader.get_tensor("layer/w"), [[3.0, 6.0], [5.0, 0.0]])
+    bad = binary("t2t-avg-checkpoints", f"--model_dir={tmp_path}", "--num_last=2", f"--output_dir={out_dir}")
+    assert bad.returncode == 1
+    assert "error: no checkpoint" in bad.stderr and "Traceback" not in bad.stderr
