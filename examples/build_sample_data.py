@@ -25,9 +25,11 @@ sampling uses a fixed seed. On Debian/Ubuntu the modules come from
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import re
+import statistics
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +46,14 @@ KJV_PREFIX = "engKJV"
 WEB_PREFIX = "engWEB"
 RV1909_PREFIX = "spaRV1909"
 
+# Chapters where a verse's length differs from the typical length ratio of
+# the two translations by more than this (natural log) are treated as
+# misaligned; 0.8 is a factor of about 2.2.
+MAX_LENGTH_DEVIATION = 0.8
+
 # Translation file: every TRANSLATE_STEP-th verse of the KJV canon.
 TRANSLATE_STEP = 4
-TRANSLATE_MAX_CHARS = 320
+TRANSLATE_MAX_CHARS = 256
 
 # Quora-style files.
 QUORA_MIN_CHARS = 30
@@ -60,19 +67,24 @@ QUORA_NEWLINE_ROWS = 6
 QUORA_STRAIGHT_QUOTE_EVERY = 5  # rows with curly quotes; every n-th goes straight
 
 Ref = tuple[str, int, int]  # (OSIS book id, chapter, verse)
+Chapter = tuple[str, int]  # (OSIS book id, chapter)
 Text = tuple[Ref, str]  # (verse reference, translation key: "kjv" or "web")
 
-_DROPPED_ELEMENTS = re.compile(
-    r"<(note|speaker|catchWord|rdg)\b[^>]*>.*?</\1>", re.DOTALL
-)
+_DROPPED_ELEMENTS = re.compile(r"<(note|speaker|catchWord|rdg)\b[^>]*>.*?</\1>", re.DOTALL)
 _TITLE = re.compile(r"<title\b([^>]*)>(.*?)</title>", re.DOTALL)
-_BREAK_TAG = re.compile(
-    r"</?(?:l|lg|lb|div|chapter|milestone|item|list|p)\b[^>]*>"
-)
+_BREAK_TAG = re.compile(r"</?(?:l|lg|lb|div|chapter|milestone|item|list|p)\b[^>]*>")
 _ANY_TAG = re.compile(r"<[^>]*>")
+_BOOK_END = re.compile(r'<div\b(?=[^>]*\btype="book")(?=[^>]*\beID=)[^>]*>')
+_USFM_MARKER = re.compile(r"\\[a-z]+\d*\*?")  # stray markers such as "\nd"
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?])")
 _WHITESPACE = re.compile(r"\s+")
 _ROMAN_PREFIX = {"I ": "1 ", "II ": "2 ", "III ": "3 "}
+# Two word elements with nothing between them, e.g. "<w>hay allí</w><w>también</w>".
+_GLUED_WORDS = re.compile(
+    r"(\w+)((?:</(?:w|transChange|divineName)>)(?:<[^>]*>)*"
+    r"<(?:w|transChange|divineName)\b[^>]*>)(?=(\w+))"
+)
+_CLITICS = frozenset("me te se le les lo los la las nos os".split())
 
 
 @dataclass
@@ -96,12 +108,30 @@ def _keep_title(match: re.Match[str]) -> str:
     return " "
 
 
+def _separate_words(match: re.Match[str]) -> str:
+    """Put a space between glued word elements, except before a Spanish clitic.
+
+    Clitic pronouns are written as separate elements after gerunds,
+    infinitives and imperatives ("viéndo" + "le" is "viéndole").
+    """
+    before, tags, after = match.groups()
+    lower = before.lower()
+    attached = after.lower() in _CLITICS and (lower.endswith("ndo") or (len(lower) > 2 and lower[-1] in "rd"))
+    return before + tags + ("" if attached else " ")
+
+
 def clean_verse(raw: str) -> str:
-    """Turn one verse of OSIS markup into plain single-line text."""
-    text = _DROPPED_ELEMENTS.sub(" ", raw)
+    """Turn one verse of OSIS markup into plain single-line text.
+
+    Anything after the end of a book (e.g. an appended glossary) is dropped.
+    """
+    text = _BOOK_END.split(raw, maxsplit=1)[0]
+    text = _DROPPED_ELEMENTS.sub(" ", text)
+    text = _GLUED_WORDS.sub(_separate_words, text)
     text = _TITLE.sub(_keep_title, text)
     text = _BREAK_TAG.sub(" ", text)
     text = _ANY_TAG.sub("", text)
+    text = _USFM_MARKER.sub("", text)
     text = text.replace("\u00b6", " ")  # pilcrow paragraph marks
     text = _WHITESPACE.sub(" ", text).strip()
     return _SPACE_BEFORE_PUNCT.sub(r"\1", text)
@@ -142,10 +172,8 @@ def read_bible(sword_path: str, module_name: str) -> Bible:
                 for chapter, length in enumerate(book.chapter_lengths, start=1)
                 for verse in range(1, length + 1)
             ]
-            raw_texts = list(bible.get_iter(books=[book.osis_name], clean=False))
-            if len(raw_texts) != len(refs):
-                raise RuntimeError(f"{module_name}: verse count mismatch in {book.name}")
-            for ref, raw in zip(refs, raw_texts):
+            raw_texts = bible.get_iter(books=[book.osis_name], clean=False)
+            for ref, raw in zip(refs, raw_texts, strict=True):
                 text = clean_verse(raw)
                 if text:
                     verses[ref] = text
@@ -160,12 +188,76 @@ def read_bibles(sword_path: str) -> tuple[Bible, Bible, Bible]:
     return kjv, web, rv1909
 
 
+def _length_score(source: str, target: str) -> float:
+    """Log length ratio, smoothed so very short verses do not dominate."""
+    return math.log((len(target) + 20) / (len(source) + 20))
+
+
+def _chapters(bible: Bible) -> dict[Chapter, dict[int, str]]:
+    chapters: dict[Chapter, dict[int, str]] = {}
+    for (book, chapter, verse), text in bible.verses.items():
+        chapters.setdefault((book, chapter), {})[verse] = text
+    return chapters
+
+
+def aligned_chapters(source: Bible, target: Bible) -> set[Chapter]:
+    """Return the chapters whose verses line up one to one in both modules.
+
+    Versifications do not always agree: the RV1909 module keeps Spanish verse
+    breaks in a few chapters, so its verse N may hold the text of KJV verse
+    N+1 or several verses at once. Translated verses have roughly
+    proportional lengths, so a chapter is kept when both modules have the
+    same verses, no verse has an extreme length ratio, and shifting the
+    target by one verse does not fit better than no shift.
+    """
+    source_chapters, target_chapters = _chapters(source), _chapters(target)
+    typical = statistics.median(
+        _length_score(text, target.verses[ref]) for ref, text in source.verses.items() if ref in target.verses
+    )
+
+    def deviations(src: dict[int, str], tgt: dict[int, str], shift: int) -> list[float]:
+        return [
+            abs(_length_score(text, tgt[verse + shift]) - typical)
+            for verse, text in src.items()
+            if verse + shift in tgt
+        ]
+
+    kept = set()
+    for chapter, src in source_chapters.items():
+        tgt = target_chapters.get(chapter, {})
+        if src.keys() != tgt.keys():
+            continue
+        aligned = deviations(src, tgt, 0)
+        shifted = [deviations(src, tgt, shift) for shift in (-1, 1)]
+        best_shifted = min((statistics.mean(d) for d in shifted if d), default=math.inf)
+        if max(aligned) <= MAX_LENGTH_DEVIATION and statistics.mean(aligned) < best_shifted:
+            kept.add(chapter)
+    return kept
+
+
+def drop_subscription(english: str, spanish: str) -> str:
+    """Cut the note RV1909 appends after the closing "Amén." of an epistle.
+
+    e.g. "... Amén. Fué escrita á los Hebreos desde Italia con Timoteo." The
+    KJV module has no such note, so the pair would not be a translation.
+    """
+    if english.endswith("Amen.") and "Amén. " in spanish:
+        return spanish[: spanish.rindex("Amén. ") + len("Amén.")]
+    return spanish
+
+
 def build_translation(kjv: Bible, rv1909: Bible) -> pd.DataFrame:
     """Pair every TRANSLATE_STEP-th KJV verse with the same RV1909 verse."""
+    rv1909 = Bible(
+        rv1909.name,
+        {ref: drop_subscription(kjv.verses.get(ref, ""), text) for ref, text in rv1909.verses.items()},
+        rv1909.book_names,
+    )
+    chapters = aligned_chapters(kjv, rv1909)
     rows = []
     for index, (ref, english) in enumerate(kjv.verses.items()):
         spanish = rv1909.verses.get(ref)
-        if index % TRANSLATE_STEP or spanish is None:
+        if index % TRANSLATE_STEP or spanish is None or ref[:2] not in chapters:
             continue
         if max(len(english), len(spanish)) > TRANSLATE_MAX_CHARS:
             continue
@@ -249,10 +341,10 @@ def split_refs(refs: list[Ref], held_out: int, rng: random.Random) -> tuple[list
     """Hold out whole chapters (at least held_out verses) so test verses never occur in train."""
     chapters = sorted({ref[:2] for ref in refs})
     rng.shuffle(chapters)
-    sizes: dict[tuple[str, int], int] = {}
+    sizes: dict[Chapter, int] = {}
     for ref in refs:
         sizes[ref[:2]] = sizes.get(ref[:2], 0) + 1
-    test_chapters: set[tuple[str, int]] = set()
+    test_chapters: set[Chapter] = set()
     total = 0
     for chapter in chapters:
         if total >= held_out:
@@ -299,22 +391,24 @@ def assign_qids(rows: list[list]) -> pd.DataFrame:
             ids.append(next_qid)
             next_qid += 1
         records.append((row_id, ids[0], ids[1], q1, q2, label))
-    return pd.DataFrame(
-        records, columns=["id", "qid1", "qid2", "question1", "question2", "is_duplicate"]
-    )
+    return pd.DataFrame(records, columns=["id", "qid1", "qid2", "question1", "question2", "is_duplicate"])
 
 
 def build_quora(kjv: Bible, web: Bible, rng: random.Random) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Build train.csv and test.csv in the Kaggle Quora Question Pairs layout."""
     texts = {"kjv": kjv.verses, "web": web.verses}
+    chapters = aligned_chapters(kjv, web)
     refs = [
         ref
         for ref, text in kjv.verses.items()
-        if ref in web.verses
+        if ref[:2] in chapters
         and text != web.verses[ref]
         and all(QUORA_MIN_CHARS <= len(t) <= QUORA_MAX_CHARS for t in (text, web.verses[ref]))
     ]
     train_refs, test_refs = split_refs(refs, QUORA_TEST_POOL, rng)
+    # Some verses repeat word for word elsewhere; keep those texts out of test.
+    train_texts = {texts[key][ref] for ref in train_refs for key in texts}
+    test_refs = [ref for ref in test_refs if all(texts[key][ref] not in train_texts for key in texts)]
 
     train_rows = PairSampler(train_refs, texts, rng).sample(QUORA_TRAIN_ROWS, QUORA_POSITIVE_SHARE)
     train = assign_qids(make_messy(train_rows, rng, QUORA_EMPTY_QUESTION2, QUORA_NEWLINE_ROWS))
@@ -344,22 +438,28 @@ def write_readme(out_dir: Path, files: dict[str, pd.DataFrame], train: pd.DataFr
     blank = int((train["question2"] == "").sum())
     text = f"""# Sample data
 
-Small public-domain datasets for the examples. Built from the King James
+Small public-domain datasets for the examples, built from the King James
 Version (KJV), the World English Bible (WEB) and the Reina-Valera 1909
-(RV1909), all public domain, read from the Debian `sword-text-kjv`,
-`sword-text-web` and `sword-text-sparv` packages.
+(RV1909), read from the Debian `sword-text-kjv`, `sword-text-web` and
+`sword-text-sparv` packages.
 
-| File | Rows | Size | Contents |
-| --- | ---: | ---: | --- |
-| `translate_en_es.csv` | {counts["translate_en_es.csv"]:,} | {sizes["translate_en_es.csv"]} | English (KJV) to Spanish (RV1909), every {TRANSLATE_STEP}th verse; columns `id,book,chapter,verse,english,spanish` |
-| `quora/train.csv` | {counts["quora/train.csv"]:,} | {sizes["quora/train.csv"]} | Kaggle Quora Question Pairs layout, `id,qid1,qid2,question1,question2,is_duplicate` |
-| `quora/test.csv` | {counts["quora/test.csv"]:,} | {sizes["quora/test.csv"]} | unlabeled pairs, `test_id,question1,question2`, from chapters not used in train |
+- `translate_en_es.csv` ({counts["translate_en_es.csv"]:,} rows, {sizes["translate_en_es.csv"]}):
+  English (KJV) to Spanish (RV1909), every {TRANSLATE_STEP}th verse, leaving
+  out verses over {TRANSLATE_MAX_CHARS} characters and the few chapters whose
+  verse numbering differs between the two modules.
+  Columns `id,book,chapter,verse,english,spanish`.
+- `quora/train.csv` ({counts["quora/train.csv"]:,} rows, {sizes["quora/train.csv"]}):
+  the Kaggle Quora Question Pairs layout,
+  `id,qid1,qid2,question1,question2,is_duplicate`.
+- `quora/test.csv` ({counts["quora/test.csv"]:,} rows, {sizes["quora/test.csv"]}):
+  unlabeled pairs, `test_id,question1,question2`, from chapters not used in
+  `train.csv`.
 
-In the Quora-style files a pair is a duplicate (`is_duplicate=1`) when both
-questions are the KJV and WEB renderings of the same verse
+In the Quora-style files a pair is a duplicate (`is_duplicate=1`) when the
+two questions are the KJV and WEB renderings of the same verse
 ({positives:,} of the train rows). Non-duplicates are two different verses:
 half are neighbouring verses of one chapter, half are random. Like the real
-Kaggle file, a few rows are messy on purpose: fields with commas and double
+Kaggle file, some rows are messy on purpose: fields with commas and double
 quotes, a few with an embedded newline, and {blank} rows with an empty
 `question2`.
 
