@@ -101,7 +101,7 @@ def mtf_transformer_tiny() -> HParams:
             inputs_length=32,
             targets_length=32,
             batch_size=32,
-            learning_rate=0.01,
+            learning_rate=0.03,
             warmup_steps=100,
         )
     )

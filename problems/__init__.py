@@ -1,1 +1,3 @@
 """Built-in problems and mixtures; imported by the registry like any --usr_dir."""
+
+from . import quora, tfds_problems, toy, translate  # noqa: F401  (registration)

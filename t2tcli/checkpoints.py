@@ -94,6 +94,8 @@ def average(model_dir: str, num_last: int, output_dir: str) -> tuple[str, list[i
     """
     if num_last < 1:
         raise UserError(f"--num_last={num_last}: must be at least 1")
+    if os.path.abspath(output_dir) == os.path.abspath(model_dir):
+        raise UserError("--output_dir must differ from --model_dir")
     ckpts = list_checkpoints(model_dir)
     if not ckpts:
         raise UserError(f"no checkpoint in --model_dir={model_dir}")
@@ -117,8 +119,6 @@ def average(model_dir: str, num_last: int, output_dir: str) -> tuple[str, list[i
     for n in floats:
         values[n] = (values[n] / len(chosen)).astype(dtypes[n].as_numpy_dtype)
 
-    if os.path.abspath(output_dir) == os.path.abspath(model_dir):
-        raise UserError("--output_dir must differ from --model_dir")
     os.makedirs(output_dir, exist_ok=True)
     out_path = os.path.join(output_dir, f"model.ckpt-{newest_step}")
     _write(values, out_path)

@@ -64,13 +64,42 @@ class Text2TextProblem(Problem):
     def components(self) -> list[tuple[Text2TextProblem, float]]:
         return [(self, 1.0)]
 
-    def source(self, tmp_dir: str) -> Any:
-        """Where raw records come from; see t2tcli.sources."""
+    def source(self, tmp_dir: str | None) -> Any:
+        """Where raw records come from: a `t2tcli.sources.Source`, or a dict of them by split.
+
+        A single source (or one under "train" with no "dev" beside it) is split into
+        train and dev by a hash of each row's key, `dev_fraction` going to dev; "test"
+        names an optional test split. `tmp_dir` is `--tmp_dir`, None when not given.
+        """
         raise NotImplementedError(f"problem '{self.name}' defines no source")
 
     def preprocess(self, record: dict[str, Any]) -> dict[str, str] | None:
         """Raw record -> {"inputs": str, "targets": str}; None drops it (and is counted)."""
         return {"inputs": str(record["inputs"]), "targets": str(record["targets"])}
+
+    def preprocess_frame(self, frame: Any) -> tuple[list[str | None], list[str | None]]:
+        """A chunk of raw records (a pandas DataFrame of strings) -> (inputs, targets) lists.
+
+        Datagen calls this, not `preprocess`, so a problem on large data can override it
+        with column-wise code; it must agree with `preprocess` row by row, a None input
+        standing for a record that `preprocess` drops.
+        """
+        inputs: list[str | None] = []
+        targets: list[str | None] = []
+        for record in frame.to_dict("records"):
+            pair = self.preprocess(record)
+            if pair is None:
+                inputs.append(None)
+                targets.append(None)
+                continue
+            if not isinstance(pair, dict) or "inputs" not in pair or "targets" not in pair:
+                raise UserError(
+                    f"problem '{self.name}': preprocess must return {{'inputs': str, 'targets': str}} or None, "
+                    f"got {pair!r}"
+                )
+            inputs.append(pair["inputs"])
+            targets.append(pair["targets"])
+        return inputs, targets
 
     def format_input(self, line: str) -> str:
         """A line given to t2t-decode -> the `inputs` string the model was trained on.

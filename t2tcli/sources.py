@@ -58,9 +58,13 @@ class Source:
         raise NotImplementedError
 
 
-def raw_dir(tmp_dir: str | None, fallback: str | os.PathLike) -> str:
-    """`--tmp_dir` when given, else the data shipped in the checkout."""
-    return str(tmp_dir) if tmp_dir else str(fallback)
+def raw_dir(tmp_dir: str | None, fallback: str | os.PathLike | None = None) -> str:
+    """`--tmp_dir` when given, else `fallback` (e.g. data shipped in the checkout)."""
+    if tmp_dir:
+        return str(tmp_dir)
+    if fallback is None:
+        raise UserError("--tmp_dir is required: the directory holding the raw input files")
+    return str(fallback)
 
 
 def file_fingerprint(path: str) -> str:
@@ -142,12 +146,11 @@ class CsvSource(_FileSource):
             self.path,
             sep=self.sep,
             quoting=self.quoting,
-            dtype=str,
+            dtype=object,  # plain Python strings: pandas' string dtype is slower to hand over
             na_filter=False,
             keep_default_na=False,
             encoding="utf-8-sig",
             engine="c",
-            usecols=list(self.columns) if nrows is None else None,
             chunksize=chunk_rows if nrows is None else None,
             nrows=nrows,
             skip_blank_lines=True,
@@ -195,8 +198,9 @@ def _start_lines(frame: pd.DataFrame, first_line: int) -> tuple[np.ndarray, int]
     """
     extra = np.zeros(len(frame), dtype=np.int64)
     for column in frame.columns:
-        values = frame[column].to_numpy(dtype=object)
-        extra += np.fromiter((v.count("\n") for v in values), dtype=np.int64, count=len(values))
+        values = frame[column].tolist()
+        if "\n" in "".join(values):  # one C-level scan; per-row counts only when needed
+            extra += np.fromiter(map(str.count, values, ["\n"] * len(values)), dtype=np.int64, count=len(values))
     spans = extra + 1
     starts = first_line + np.concatenate(([0], np.cumsum(spans)[:-1])) if len(frame) else spans
     return starts.astype(np.int64), first_line + int(spans.sum())
@@ -311,12 +315,12 @@ class TfdsSource(Source):
         return f"tfds:{self.name}:{self.split}:{json.dumps(self.fields, sort_keys=True)}"
 
     def chunks(self, options: ReadOptions) -> Iterator[Chunk]:
+        from t2tcli import compat  # noqa: F401, I001  (shims and quiet TensorFlow before TFDS)
+
         import tensorflow_datasets as tfds
 
-        from t2tcli.compat import tf  # noqa: F401  (quiet TensorFlow before TFDS loads it)
-
-        data_dir = options.tfds_data_dir or os.environ.get("TFDS_DATA_DIR") or os.path.expanduser(
-            "~/tensorflow_datasets"
+        data_dir = (
+            options.tfds_data_dir or os.environ.get("TFDS_DATA_DIR") or os.path.expanduser("~/tensorflow_datasets")
         )
         how = (
             f"prepare it once on a machine with network: tfds build {self.name.split(':')[0]} "
@@ -326,11 +330,11 @@ class TfdsSource(Source):
             builder = tfds.builder(self.name, data_dir=data_dir)
         except Exception as exc:  # noqa: BLE001 - unknown names, versions, configs
             raise UserError(f"TFDS dataset '{self.name}': {str(exc).splitlines()[0]}") from None
-        if not builder.is_prepared():
-            raise UserError(f"TFDS dataset '{self.name}' is not prepared in {data_dir}; {how}")
         try:
             dataset = builder.as_dataset(split=self.split, shuffle_files=False)
-        except Exception as exc:  # noqa: BLE001 - bad split expressions
+        except Exception as exc:  # noqa: BLE001 - not prepared, or a bad split expression
+            if not builder.is_prepared():
+                raise UserError(f"TFDS dataset '{self.name}' is not prepared in {data_dir}; {how}") from None
             raise UserError(f"TFDS dataset '{self.name}' split '{self.split}': {str(exc).splitlines()[0]}") from None
         columns = list(self.fields)
         records: list[list[str]] = []

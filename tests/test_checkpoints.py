@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+from toy_model import toy_model  # noqa: F401  (session fixture)
 
 from t2tcli import checkpoints
 from t2tcli.compat import tf
@@ -79,3 +80,16 @@ def test_average_binary(two_checkpoints, tmp_path, binary):
     bad = binary("t2t-avg-checkpoints", f"--model_dir={tmp_path}", "--num_last=2", f"--output_dir={out_dir}")
     assert bad.returncode == 1
     assert "error: no checkpoint" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_averaged_toy_model_decodes(binary, toy_model, tmp_path):  # noqa: F811
+    out_dir = str(tmp_path / "avg")
+    proc = binary(
+        "t2t-avg-checkpoints", f"--model_dir={toy_model['model_dir']}", "--num_last=2", f"--output_dir={out_dir}"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert checkpoints.resolve(out_dir, None)[0] == 400
+    proc = binary("t2t-decode", f"--model_dir={out_dir}", "--decode_from_file=-", stdin="a b\n\n")
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.split("\n")) == 3 and proc.stdout.split("\n")[1] == ""
+    assert "(step 400)" in proc.stderr

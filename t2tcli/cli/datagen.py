@@ -6,17 +6,38 @@ from absl import flags
 
 from t2tcli import registry
 from t2tcli.cli import common
+from t2tcli.errors import UserError
 from t2tcli.flags import FLAGS
 
 flags.DEFINE_boolean("overwrite", False, "Regenerate outputs even when complete ones exist.")
+flags.DEFINE_string(
+    "tfds_data_dir",
+    None,
+    "Directory of prepared TensorFlow Datasets (default: $TFDS_DATA_DIR or ~/tensorflow_datasets).",
+)
+flags.DEFINE_integer("num_shards", None, "Number of train shards (default: the problem's).")
+flags.DEFINE_integer("chunk_rows", 20_000, "Records read, preprocessed and encoded per batch; bounds memory.")
 
 
 def main() -> None:
     common.require("problem", "data_dir")
+    if FLAGS.num_shards is not None and FLAGS.num_shards < 1:
+        raise UserError(f"--num_shards={FLAGS.num_shards}: must be at least 1")
+    if FLAGS.chunk_rows < 1:
+        raise UserError(f"--chunk_rows={FLAGS.chunk_rows}: must be at least 1")
     problem = registry.problem(FLAGS.problem)
     from t2tcli import datagen
 
-    datagen.generate(problem, data_dir=FLAGS.data_dir, tmp_dir=FLAGS.tmp_dir, overwrite=FLAGS.overwrite)
+    options = datagen.Options(
+        data_dir=FLAGS.data_dir,
+        tmp_dir=FLAGS.tmp_dir,
+        overwrite=FLAGS.overwrite,
+        tfds_data_dir=FLAGS.tfds_data_dir,
+        num_train_shards=FLAGS.num_shards,
+        chunk_rows=FLAGS.chunk_rows,
+    )
+    for line in datagen.generate(problem, options):
+        print(line, flush=True)
 
 
 def run() -> None:

@@ -1,13 +1,100 @@
-"""t2t-decode (its work lands with its own module)."""
+"""t2t-decode: decode (or score) a file of lines with a trained model_dir."""
 
 from __future__ import annotations
+
+import sys
+
+from absl import flags, logging
 
 from t2tcli.cli import common
 from t2tcli.errors import UserError
 
+flags.DEFINE_string("decode_from_file", None, "Input lines to decode; '-' reads stdin.")
+flags.DEFINE_string("decode_to_file", "-", "One output line per input line; '-' writes stdout.")
+flags.DEFINE_string(
+    "decode_hparams",
+    "",
+    'Decode settings, e.g. "beam_size=4,alpha=0.6,temperature=0.0,top_k=0,batch_size=64,'
+    "max_decode_length=0,max_input_length=0\" (0 lengths: the model's own).",
+)
+flags.DEFINE_string(
+    "checkpoint_path", None, "Checkpoint to use: a path prefix, a step number or a directory; default the latest."
+)
+flags.DEFINE_boolean(
+    "raw_inputs", False, "Feed lines to the model as they are, not formatted as the problem formats them."
+)
+flags.DEFINE_string(
+    "score_file", None, "Lines 'input<TAB>target'; writes the log-likelihood of each target to --decode_to_file."
+)
+flags.DEFINE_boolean("progress", None, "Show a progress bar (default: when stderr is a terminal).")
+
+FLAGS = flags.FLAGS
+
 
 def main() -> None:
-    raise UserError("not available yet")
+    common.require("model_dir")
+    if bool(FLAGS.decode_from_file) == bool(FLAGS.score_file):
+        raise UserError("pass exactly one of --decode_from_file and --score_file")
+    from t2tcli import checkpoints, decoding, loading, textio
+
+    model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams)
+    decode_hp = decoding.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
+    step, checkpoint = checkpoints.resolve(FLAGS.model_dir, FLAGS.checkpoint_path)
+    source_flag = "score_file" if FLAGS.score_file else "decode_from_file"
+    source = FLAGS.score_file or FLAGS.decode_from_file
+    job = decoding.Job(
+        encode=model.vocab.encode,
+        decode=loading.text_decoder(model.vocab),
+        inputs_length=decode_hp.max_input_length or model.hparams.inputs_length,
+        targets_length=decode_hp.max_decode_length or model.hparams.targets_length,
+        batch_size=decode_hp.batch_size,
+        format_input=decoding.input_formatter(model.problem, FLAGS.raw_inputs),
+        source_name=source if source != "-" else "<stdin>",
+    )
+    if source != "-" and not decode_hp.max_input_length:
+        # A file can be read twice: size the static input length to its longest line.
+        longest_inputs, longest_targets = decoding.scan_lengths(
+            textio.read_lines(source, source_flag), job, bool(FLAGS.score_file)
+        )
+        job.inputs_length = min(job.inputs_length, decoding.bucket(longest_inputs))
+        if FLAGS.score_file:
+            job.targets_length = min(job.targets_length, decoding.bucket(longest_targets))
+        logging.info("inputs padded to %d tokens (longest line: %d)", job.inputs_length, longest_inputs)
+    params = {k: decode_hp.get(k) for k in decoding.DECODE_KEYS}
+    logging.info(
+        "%s with checkpoint %s (step %d): %s",
+        "scoring" if FLAGS.score_file else "decoding",
+        checkpoint,
+        step,
+        ", ".join(f"{k}={v}" for k, v in params.items()),
+    )
+    estimator = loading.build_estimator(model, params)
+    predict = loading.estimator_predict(estimator, checkpoint)
+    lines = textio.read_lines(source, source_flag)
+    with textio.atomic_output(FLAGS.decode_to_file, "decode_to_file") as out, progress_bar(source) as bar:
+        stats = decoding.run(lines, out, job, predict, scoring=bool(FLAGS.score_file), progress=bar)
+    logging.info("%s", stats.summary())
+
+
+class progress_bar:  # noqa: N801 - used like a function in a with statement
+    """A tqdm bar on stderr when it is a terminal (or --progress); otherwise nothing."""
+
+    def __init__(self, source: str) -> None:
+        show = FLAGS.progress if FLAGS.progress is not None else sys.stderr.isatty()
+        self.bar = None
+        if show:
+            from tqdm import tqdm
+
+            from t2tcli import textio
+
+            self.bar = tqdm(total=textio.count_lines(source), unit="line", file=sys.stderr, dynamic_ncols=True)
+
+    def __enter__(self):
+        return self.bar.update if self.bar is not None else None
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def run() -> None:

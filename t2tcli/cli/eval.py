@@ -1,13 +1,80 @@
-"""t2t-eval (its work lands with its own module)."""
+"""t2t-eval: metrics of checkpoints on a split; --wait follows a training run."""
 
 from __future__ import annotations
+
+from absl import flags, logging
 
 from t2tcli.cli import common
 from t2tcli.errors import UserError
 
+flags.DEFINE_string("checkpoint", "latest", "Which checkpoints: latest, all, or STEP[,STEP...].")
+flags.DEFINE_enum("split", "dev", ["dev", "test"], "Which split to decode and score.")
+flags.DEFINE_boolean(
+    "wait", False, "Follow a training run: evaluate every checkpoint not evaluated yet, then each new one."
+)
+flags.DEFINE_float(
+    "wait_timeout", 3600, "--wait: stop after this many seconds without a new checkpoint (training finished or died)."
+)
+flags.DEFINE_float("wait_poll_seconds", 10, "--wait: how often to look for new checkpoints.")
+flags.DEFINE_integer("max_examples", 0, "Score only the first N examples of each problem's split (0: all).")
+flags.DEFINE_string(
+    "decode_hparams", "", 'Decode settings as for t2t-decode, e.g. "beam_size=4,alpha=0.6,batch_size=64".'
+)
+flags.DEFINE_boolean("tensorboard", True, "Also write TensorBoard summaries to model_dir/eval_<split>.")
+
+FLAGS = flags.FLAGS
+
 
 def main() -> None:
-    raise UserError("not available yet")
+    common.require("model_dir")
+    if FLAGS.wait_timeout <= 0:
+        raise UserError("--wait_timeout must be positive")
+    from t2tcli import checkpoints, decoding, evaluation, loading
+
+    if FLAGS.wait:
+        evaluation.wait_for_run(FLAGS.model_dir, FLAGS.wait_timeout, FLAGS.wait_poll_seconds)
+    model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams)
+    decode_hp = decoding.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
+    selected = [] if FLAGS.wait else checkpoints.select(FLAGS.model_dir, FLAGS.checkpoint)
+    data_dir = FLAGS.data_dir or model.info.data_dir
+    tasks = evaluation.tasks_for(model.problem, data_dir, FLAGS.split, FLAGS.max_examples)
+    params = {k: decode_hp.get(k) for k in decoding.DECODE_KEYS}
+    backend = loading.EstimatorBackend(model, params, decode_hp.batch_size)
+    sink = evaluation.ResultsSink(evaluation.eval_dir(FLAGS.model_dir, FLAGS.split), tensorboard=FLAGS.tensorboard)
+    evaluator = evaluation.Evaluator(
+        backend,
+        tasks,
+        loading.text_decoder(model.vocab),
+        backend.inputs_length,
+        backend.targets_length,
+        sink,
+        FLAGS.split,
+    )
+    records: list[dict] = []
+
+    def evaluate(step: int, path: str) -> None:
+        new = evaluator.evaluate(step, path)
+        records.extend(new)
+        for r in new:
+            shown = ", ".join(f"{k}={v:.4g}" for k, v in r["metrics"].items())
+            logging.info("step %d %s (%d examples): %s", step, r["problem"], r["examples"], shown)
+
+    if FLAGS.wait:
+        if FLAGS.checkpoint != "latest":
+            logging.warning("--wait evaluates every checkpoint not evaluated yet; --checkpoint is ignored")
+        outcome = evaluation.follow(
+            FLAGS.model_dir,
+            evaluate,
+            skip=sink.evaluated_steps(FLAGS.split),
+            wait_timeout=FLAGS.wait_timeout,
+            poll_seconds=FLAGS.wait_poll_seconds,
+        )
+        logging.info("stopped following: %s", outcome.reason)
+    else:
+        for step, path in selected:
+            evaluate(step, path)
+    logging.info("results in %s", sink.path)
+    print(evaluation.table(records), flush=True)
 
 
 def run() -> None:

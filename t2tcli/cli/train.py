@@ -1,13 +1,93 @@
-"""t2t-train (its work lands with its own module)."""
+"""t2t-train: train a Mesh TensorFlow transformer on a generated problem.
+
+t2t-train --problem=P --hparams_set=H [--hparams=...] --data_dir=D --model_dir=M
+"""
 
 from __future__ import annotations
 
+from absl import flags
+
+from t2tcli import trainer
 from t2tcli.cli import common
-from t2tcli.errors import UserError
+from t2tcli.flags import FLAGS
+
+flags.DEFINE_integer("train_steps", 1000, "Train until the global step reaches this.")
+flags.DEFINE_integer("save_checkpoints_steps", 1000, "Write a checkpoint every this many steps (and at the end).")
+flags.DEFINE_integer("keep_checkpoint_max", 5, "Keep this many most recent checkpoints.")
+flags.DEFINE_integer("log_every_steps", 100, "Log step, loss, learning rate, steps/s and tokens/s this often.")
+flags.DEFINE_enum("schedule", "train", trainer.SCHEDULES, "train, or train_and_evaluate (dev loss every N steps).")
+flags.DEFINE_integer("eval_every_steps", 0, "train_and_evaluate: evaluate this often (0: --save_checkpoints_steps).")
+flags.DEFINE_integer("eval_steps", 0, "Batches per dev evaluation (0: the whole dev split).")
+flags.DEFINE_string("init_checkpoint", "", "Fine-tune from this mesh-tf / T5 checkpoint (directory or prefix).")
+flags.DEFINE_string("mesh_shape", None, "Overrides hparam mesh_shape, e.g. model:2,batch:2.")
+flags.DEFINE_string("layout", None, "Overrides hparam layout, e.g. batch:batch;d_ff:model;heads:model.")
+flags.DEFINE_string("tpu", "", "TPU name or grpc:// address; trains with TPUEstimator + SimdMeshImpl.")
+flags.DEFINE_string("tpu_topology", "", "TPU topology (2x2, v3-32...); the mesh must use all its cores.")
+flags.DEFINE_integer("iterations_per_loop", 100, "TPU steps per host round trip.")
+flags.DEFINE_string("tpu_zone", "", "GCE zone of the TPU (if the resolver cannot infer it).")
+flags.DEFINE_string("gcp_project", "", "GCP project of the TPU (if the resolver cannot infer it).")
+flags.DEFINE_integer("random_seed", None, "Seed for data shuffling.")
+
+_RECORDED = (
+    "problem",
+    "hparams_set",
+    "hparams",
+    "data_dir",
+    "model_dir",
+    "train_steps",
+    "save_checkpoints_steps",
+    "keep_checkpoint_max",
+    "log_every_steps",
+    "schedule",
+    "eval_every_steps",
+    "eval_steps",
+    "init_checkpoint",
+    "mesh_shape",
+    "layout",
+    "tpu",
+    "tpu_topology",
+    "iterations_per_loop",
+    "random_seed",
+    "usr_dir",
+)
 
 
 def main() -> None:
-    raise UserError("not available yet")
+    common.require("problem", "data_dir", "model_dir")
+    hparams_set = FLAGS.hparams_set
+    if not hparams_set:
+        # A resumed run may name only --model_dir's recorded set.
+        from t2tcli import run_info
+
+        if not run_info.exists(FLAGS.model_dir):
+            common.require("hparams_set")
+        hparams_set = run_info.load(FLAGS.model_dir)[0].hparams_set
+    cfg = trainer.TrainConfig(
+        problem=FLAGS.problem,
+        hparams_set=hparams_set,
+        data_dir=FLAGS.data_dir,
+        model_dir=FLAGS.model_dir,
+        hparams=FLAGS.hparams,
+        mesh_shape=FLAGS.mesh_shape,
+        layout=FLAGS.layout,
+        train_steps=FLAGS.train_steps,
+        save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+        keep_checkpoint_max=FLAGS.keep_checkpoint_max,
+        log_every_steps=FLAGS.log_every_steps,
+        schedule=FLAGS.schedule,
+        eval_every_steps=FLAGS.eval_every_steps,
+        eval_steps=FLAGS.eval_steps,
+        init_checkpoint=FLAGS.init_checkpoint,
+        tpu=FLAGS.tpu,
+        tpu_topology=FLAGS.tpu_topology,
+        iterations_per_loop=FLAGS.iterations_per_loop,
+        tpu_zone=FLAGS.tpu_zone,
+        gcp_project=FLAGS.gcp_project,
+        random_seed=FLAGS.random_seed,
+        usr_dirs=list(FLAGS.usr_dir),
+        flags={name: FLAGS[name].value for name in _RECORDED},
+    )
+    trainer.run(cfg)
 
 
 def run() -> None:

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Decoding throughput: t2t-decode beside Hugging Face T5 `generate`, same model shape.
+
+Both sides run an encoder-decoder of the same dimensions (taken from an hparams set)
+on the same input token ids with the same batch size, in one run on one machine.
+t2t-decode runs as a user runs it (a subprocess on a text file) on a model trained
+for a few steps on copy_sequence, so its outputs have real lengths; the peer is a
+weights-free random init, which never emits EOS on purpose, so it is made to do the
+same work: its inputs are batched in the same length-sorted order and each batch
+decodes exactly as many steps as t2t-decode needed for that batch (longest output
++ EOS). Compute does not depend on weight values, so the comparison is like for like.
+Decoding rates exclude model start-up on both sides (the peer's model construction is
+outside its timer); end-to-end wall times are reported too.
+
+    python bench/decode.py --hparams_set=mtf_transformer_small --lines=512
+
+Needs the `bench` extra (torch, transformers). Prints a table and the ratio of
+sentences/s (t2t / peer) for greedy and beam search.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+SUMMARY = re.compile(r"(\d+) lines .*?(\d+) output tokens in ([\d.]+) s \(([\d.]+) s start-up\): ([\d.]+) sentences/s")
+
+
+def binary(name: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bin" / name), *args], capture_output=True, text=True, input=stdin
+    )
+    if proc.returncode != 0:
+        sys.exit(f"{name} failed:\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def toy_model(work: Path, hparams_set: str, hparams: str, train_steps: int) -> Path:
+    """A model_dir of `hparams_set` trained briefly on copy_sequence."""
+    data_dir, model_dir = work / "data", work / "model"
+    binary("t2t-datagen", "--problem=copy_sequence", f"--data_dir={data_dir}")
+    binary(
+        "t2t-train",
+        "--problem=copy_sequence",
+        f"--hparams_set={hparams_set}",
+        f"--hparams={hparams}",
+        f"--data_dir={data_dir}",
+        f"--model_dir={model_dir}",
+        f"--train_steps={train_steps}",
+        f"--save_checkpoints_steps={train_steps}",
+    )
+    return model_dir
+
+
+def make_inputs(n: int, max_words: int, seed: int) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    return [" ".join(rng.choice("abcdefghij") for _ in range(rng.randint(1, max_words))) for _ in range(n)]
+
+
+def run_t2t(model_dir: Path, src: Path, beam: int, batch: int, length: int) -> tuple[dict, list[str]]:
+    started = time.monotonic()
+    proc = binary(
+        "t2t-decode",
+        f"--model_dir={model_dir}",
+        f"--decode_from_file={src}",
+        "--decode_to_file=-",
+        f"--decode_hparams=beam_size={beam},alpha=0.6,batch_size={batch},max_decode_length={length}",
+    )
+    wall = time.monotonic() - started
+    match = SUMMARY.search(proc.stderr)
+    if not match:
+        sys.exit(f"no summary in t2t-decode's log:\n{proc.stderr[-2000:]}")
+    lines, tokens, total, startup, _ = match.groups()
+    decode_s = float(total) - float(startup)
+    stats = {"lines": int(lines), "tokens": int(tokens), "decode_s": decode_s, "wall_s": wall}
+    return stats, proc.stdout.split("\n")[: int(lines)]
+
+
+def peer_batches(inputs: list[list[int]], steps: list[int], batch: int) -> list[tuple[list[list[int]], int]]:
+    """t2t-decode's batches (inputs sorted longest first), each with its decode steps."""
+    order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]), reverse=True)
+    out = []
+    for start in range(0, len(order), batch):
+        chunk = order[start : start + batch]
+        out.append(([inputs[i] for i in chunk], max(steps[i] for i in chunk)))
+    return out
+
+
+def run_peer(hp: dict, vocab_size: int, batches: list[tuple[list[list[int]], int]], beam: int, dtype: str) -> dict:
+    import torch
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    torch.manual_seed(0)
+    torch.set_num_threads(os.cpu_count() or 1)
+    started = time.monotonic()
+    config = T5Config(
+        vocab_size=vocab_size,
+        d_model=hp["d_model"],
+        d_ff=hp["d_ff"],
+        d_kv=hp["d_kv"],
+        num_heads=hp["num_heads"],
+        num_layers=hp["num_encoder_layers"],
+        num_decoder_layers=hp["num_decoder_layers"],
+        relative_attention_num_buckets=hp["relative_attention_num_buckets"],
+        feed_forward_proj="relu",
+        dropout_rate=0.0,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
+    model = T5ForConditionalGeneration(config).eval()
+    if dtype == "bfloat16":
+        model = model.to(torch.bfloat16)
+    built = time.monotonic()
+    lines = 0
+    with torch.inference_mode():
+        for chunk, steps in batches:
+            width = max(len(x) for x in chunk)
+            ids = torch.tensor([x + [0] * (width - len(x)) for x in chunk])
+            model.generate(
+                input_ids=ids,
+                attention_mask=(ids != 0).long(),
+                max_new_tokens=steps,
+                min_new_tokens=steps,
+                num_beams=beam,
+                do_sample=False,
+            )
+            lines += len(chunk)
+    done = time.monotonic()
+    return {"lines": lines, "decode_s": done - built, "wall_s": done - started}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hparams_set", default="mtf_transformer_small")
+    parser.add_argument("--activation_dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--lines", type=int, default=512)
+    parser.add_argument("--max_words", type=int, default=24, help="input lengths are uniform in 1..max_words")
+    parser.add_argument("--max_decode_length", type=int, default=32)
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--beams", default="1,4")
+    parser.add_argument("--train_steps", type=int, default=300, help="training of t2t-decode's model")
+    parser.add_argument(
+        "--train_hparams", default="batch_size=16", help="extra hparams for that training (decoding ignores batch_size)"
+    )
+    parser.add_argument("--model_dir", help="decode with this trained model_dir instead of training one")
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--quick", action="store_true", help="smoke run: tiny model, 128 lines, 200 training steps")
+    args = parser.parse_args()
+    if args.quick:
+        args.hparams_set, args.lines, args.train_steps = "mtf_transformer_tiny", 128, 200
+
+    from t2tcli.vocab import EOS_ID, Vocabulary
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        if args.model_dir:
+            model_dir = Path(args.model_dir)
+        else:
+            model_dir = toy_model(
+                work,
+                args.hparams_set,
+                f"activation_dtype={args.activation_dtype},{args.train_hparams}",
+                args.train_steps,
+            )
+        hp = json.loads((model_dir / "hparams.json").read_text())
+        dtype = hp["activation_dtype"]  # the peer computes in the same precision
+        vocab = Vocabulary(str(model_dir / "vocab.model"))
+        padded_vocab = -(-vocab.vocab_size // hp["vocab_divisor"]) * hp["vocab_divisor"]
+        lines = make_inputs(args.lines, args.max_words, seed=1)
+        src = work / "inputs.txt"
+        src.write_text("\n".join(lines) + "\n")
+        ids = [vocab.encode(x)[: hp["inputs_length"] - 1] + [EOS_ID] for x in lines]
+        results = []
+        for beam in [int(b) for b in args.beams.split(",")]:
+            ours, outputs = run_t2t(model_dir, src, beam, args.batch_size, args.max_decode_length)
+            steps = [min(len(vocab.encode(o)) + 1, args.max_decode_length) for o in outputs]
+            batches = peer_batches(ids, steps, args.batch_size)
+            peer = run_peer(hp, padded_vocab, batches, beam, dtype)
+            peer["tokens"] = ours["tokens"]  # the same outputs' worth of decoding steps
+            for name, r in (("t2t-decode", ours), ("hf-t5-generate", peer)):
+                r.update(system=name, beam=beam, sentences_per_s=r["lines"] / r["decode_s"])
+                r["tokens_per_s"] = r["tokens"] / r["decode_s"]
+                results.append(r)
+            results[-2]["ratio_vs_peer"] = ours["sentences_per_s"] / peer["sentences_per_s"]
+    hp_name = f"model_dir {args.model_dir}" if args.model_dir else args.hparams_set
+    shape = {k: hp[k] for k in ("d_model", "d_ff", "num_heads", "d_kv", "num_encoder_layers", "num_decoder_layers")}
+    print(
+        f"{hp_name} {shape} vocab={padded_vocab} {dtype}, {args.lines} lines, "
+        f"batch {args.batch_size}, {args.max_decode_length} decode steps, {os.cpu_count()} CPUs"
+    )
+    print(f"{'system':<16}{'beam':>5}{'sent/s':>10}{'tok/s':>10}{'decode s':>10}{'wall s':>9}{'ratio':>8}")
+    for r in results:
+        ratio = f"{r['ratio_vs_peer']:.2f}x" if "ratio_vs_peer" in r else ""
+        print(
+            f"{r['system']:<16}{r['beam']:>5}{r['sentences_per_s']:>10.1f}{r['tokens_per_s']:>10.1f}"
+            f"{r['decode_s']:>10.2f}{r['wall_s']:>9.1f}{ratio:>8}"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""English -> Spanish translation on public-domain Bible verses (KJV -> Reina-Valera 1909)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from t2tcli.problem import Text2TextProblem, VocabSpec
+from t2tcli.registry import REPO_ROOT, register_problem
+from t2tcli.sources import CsvSource, raw_dir
+
+SHIPPED = REPO_ROOT / "examples" / "data"
+PREFIX = "translate English to Spanish: "
+
+
+@register_problem("translate_en_es")
+class TranslateEnEs(Text2TextProblem):
+    """Reads translate_en_es.csv (id,book,chapter,verse,english,spanish) from --tmp_dir or examples/data."""
+
+    vocab = VocabSpec(name="translate_en_es", size=8000)
+    metrics = ("bleu",)
+
+    def source(self, tmp_dir: str | None) -> CsvSource:
+        path = f"{raw_dir(tmp_dir, SHIPPED)}/translate_en_es.csv"
+        return CsvSource(path, columns=("id", "english", "spanish"), key="id")
+
+    def preprocess(self, record: dict[str, Any]) -> dict[str, str] | None:
+        return {"inputs": PREFIX + " ".join(record["english"].split()), "targets": " ".join(record["spanish"].split())}
+
+    def format_input(self, line: str) -> str:
+        return PREFIX + " ".join(line.split())

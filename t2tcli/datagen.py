@@ -1,0 +1,507 @@
+"""t2t-datagen's pipeline: raw records -> vocabulary, TFRecord shards and meta file.
+
+Per problem, pass 1 streams the source in chunks, skips records with a blank required
+field (counting them), preprocesses, assigns train/dev by a hash of the row key and
+spools the text pairs to disk; it also keeps a deterministic sample of train text
+for the vocabulary. Pass 2 encodes the spool in batches and writes the shards.
+
+Every output is written under a temporary name and renamed when complete; the meta
+file is written last, so a problem counts as generated only when its meta file exists,
+matches the current source and vocabulary, and names shards that all exist. Anything
+less is regenerated from scratch on the next run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import glob
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from absl import logging
+from tqdm import tqdm
+
+from t2tcli import shards
+from t2tcli.errors import UserError
+from t2tcli.packed_encoder import PackedTextEncoder
+from t2tcli.problem import Problem, Text2TextProblem, meta_path, read_meta, shard_path, vocab_path
+from t2tcli.run_info import atomic_write_text
+from t2tcli.sources import ReadOptions, Source
+from t2tcli.vocab import Vocabulary, train_vocabulary
+
+SKIPPED_LINES_REPORTED = 10
+PERCENTILES = (50, 90, 95, 99)
+_DEV_BUCKETS = 1_000_000
+
+
+@dataclasses.dataclass
+class Options:
+    """How to run datagen, as opposed to what the problem is."""
+
+    data_dir: str
+    tmp_dir: str | None = None
+    overwrite: bool = False
+    tfds_data_dir: str | None = None
+    num_train_shards: int | None = None
+    chunk_rows: int = 20_000
+    progress: bool | None = None  # None: a bar only when stderr is a terminal
+
+
+@dataclasses.dataclass
+class SourceReport:
+    """What was read from one source and what was skipped, for the log and the meta file."""
+
+    origin: str
+    split: str
+    rows: int = 0
+    skipped: int = 0
+    first_skipped_lines: list[int] = dataclasses.field(default_factory=list)
+    filtered: int = 0
+
+
+@dataclasses.dataclass
+class Spool:
+    """Pass 1's output for one problem: preprocessed text per split, on disk."""
+
+    work_dir: str
+    fingerprint: str
+    files: dict[str, str] = dataclasses.field(default_factory=dict)
+    counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    reports: list[SourceReport] = dataclasses.field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(r.rows for r in self.reports)
+
+
+class VocabSample:
+    """The `limit` distinct train texts of smallest hash: a deterministic, bounded sample.
+
+    Once full, a text is kept only if its hash is below the current cut-off, so memory
+    holds about `limit` texts whatever the size of the input.
+    """
+
+    _SECOND_KEY = "t2tcli-vocab-tie"  # 16 characters: a second hash key, to break ties deterministically
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.texts = np.empty(0, dtype=object)
+        self.priority = np.empty((0, 2), dtype=np.uint64)
+        self._cutoff: int | None = None
+
+    def add(self, texts: list[str]) -> None:
+        values = np.asarray(list(dict.fromkeys(texts)), dtype=object)
+        if not len(values):
+            return
+        first = pd.util.hash_array(values)
+        if self._cutoff is not None:
+            keep = first <= np.uint64(self._cutoff)
+            values, first = values[keep], first[keep]
+        second = pd.util.hash_array(values, hash_key=self._SECOND_KEY)
+        self.texts = np.concatenate([self.texts, values])
+        self.priority = np.concatenate([self.priority, np.stack([first, second], axis=1)])
+        if len(self.texts) > self.limit + self.limit // 4:
+            self._trim()
+
+    def _trim(self) -> None:
+        order = np.lexsort((self.priority[:, 1], self.priority[:, 0]))
+        priority = self.priority[order]
+        distinct = np.ones(len(order), dtype=bool)
+        distinct[1:] = (priority[1:] != priority[:-1]).any(axis=1)
+        order = order[distinct][: self.limit]
+        self.texts, self.priority = self.texts[order], self.priority[order]
+        if len(self.texts) >= self.limit:
+            self._cutoff = int(self.priority[-1, 0])
+
+    def sentences(self) -> list[str]:
+        self._trim()
+        return [t for t in self.texts.tolist() if t.strip()]
+
+
+class LengthHistogram:
+    """Token-length counts (EOS included), so percentiles need no per-example memory."""
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(64, dtype=np.int64)
+
+    def add(self, lengths: np.ndarray) -> None:
+        if len(lengths) == 0:
+            return
+        top = int(lengths.max())
+        if top >= len(self.counts):
+            self.counts = np.pad(self.counts, (0, top + 1 - len(self.counts)))
+        self.counts += np.bincount(lengths, minlength=len(self.counts))
+
+    def summary(self) -> dict[str, int]:
+        total = int(self.counts.sum())
+        if total == 0:
+            return {f"p{p}": 0 for p in PERCENTILES} | {"max": 0}
+        cumulative = np.cumsum(self.counts)
+        out = {f"p{p}": int(np.searchsorted(cumulative, np.ceil(total * p / 100))) for p in PERCENTILES}
+        out["max"] = int(np.nonzero(self.counts)[0][-1])
+        return out
+
+
+def generate(problem: Problem, options: Options) -> list[str]:
+    """Generates every component of `problem` that is not complete; returns summary lines."""
+    os.makedirs(options.data_dir, exist_ok=True)
+    tasks = [task for task, _ in problem.components()]
+    vocab_file = problem.vocab_file(options.data_dir)
+    need_vocab = options.overwrite or not os.path.exists(vocab_file)
+    fingerprints = {task.name: source_fingerprint(task, options) for task in tasks}
+    pending = [
+        task
+        for task in tasks
+        if need_vocab or not is_complete(task, options.data_dir, fingerprints[task.name], vocab_file)
+    ]
+    summaries = [
+        f"{task.name}: complete, skipped (use --overwrite to regenerate)" for task in tasks if task not in pending
+    ]
+    if not pending:
+        return summaries
+    for task in pending:
+        _remove_outputs(task, options.data_dir)
+    # Millions of short-lived strings and lists, no reference cycles: the automatic
+    # cyclic collector would keep rescanning them, costing a large share of the run
+    # time. The chunk loops collect the young generations themselves instead.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return summaries + _generate(problem, options, pending, vocab_file, need_vocab, fingerprints)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _generate(
+    problem: Problem,
+    options: Options,
+    pending: list[Text2TextProblem],
+    vocab_file: str,
+    need_vocab: bool,
+    fingerprints: dict[str, str],
+) -> list[str]:
+    summaries: list[str] = []
+    sample = VocabSample(problem.vocab.max_training_sentences) if need_vocab and not problem.vocab.from_file else None
+    seconds = {task.name: 0.0 for task in pending}
+    spools = {}
+    try:
+        for task in pending:
+            start = time.monotonic()
+            spools[task.name] = read_task(task, options, fingerprints[task.name], sample)
+            seconds[task.name] += time.monotonic() - start
+        if need_vocab:
+            start = time.monotonic()
+            make_vocabulary(problem, vocab_file, sample)
+            for task in pending:  # the shared vocabulary's cost, spread by share of rows
+                share = spools[task.name].rows / max(1, sum(s.rows for s in spools.values()))
+                seconds[task.name] += share * (time.monotonic() - start)
+        for task in pending:
+            start = time.monotonic()
+            meta = write_task(task, spools[task.name], vocab_file, options)
+            seconds[task.name] += time.monotonic() - start
+            summaries.append(_summary(meta, seconds[task.name]))
+    finally:
+        for spool in spools.values():
+            shutil.rmtree(spool.work_dir, ignore_errors=True)
+    return summaries
+
+
+def source_fingerprint(task: Text2TextProblem, options: Options) -> str:
+    sources = split_sources(task, options)
+    parts = {split: src.fingerprint() for split, src in sources.items()}
+    parts["problem"] = f"{task.name}:dev_fraction={task.dev_fraction}"
+    parts["shards"] = json.dumps(num_shards(task, options), sort_keys=True)
+    return "sha256:" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def split_sources(task: Text2TextProblem, options: Options) -> dict[str, Source]:
+    sources = task.source(options.tmp_dir)
+    if isinstance(sources, Source):
+        sources = {"train": sources}
+    if not isinstance(sources, dict) or not all(isinstance(s, Source) for s in sources.values()):
+        raise UserError(f"problem '{task.name}': source() must return a Source or a dict of them by split")
+    unknown = set(sources) - {"train", "dev", "test"}
+    if unknown or "train" not in sources:
+        raise UserError(f"problem '{task.name}': source() splits {sorted(sources)}; expected train [, dev, test]")
+    return sources
+
+
+def num_shards(task: Text2TextProblem, options: Options) -> dict[str, int]:
+    counts = {"train": 1, "dev": 1, "test": 1} | dict(task.num_shards)
+    if options.num_train_shards:
+        counts["train"] = options.num_train_shards
+    return counts
+
+
+def file_sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return "sha256:" + hashlib.sha256(f.read()).hexdigest()
+
+
+def is_complete(task: Text2TextProblem, data_dir: str, fingerprint: str, vocab_file: str) -> bool:
+    if not os.path.exists(meta_path(data_dir, task.name)) or not os.path.exists(vocab_file):
+        return False
+    try:
+        meta = read_meta(data_dir, task.name)
+    except (json.JSONDecodeError, UserError):
+        return False
+    if meta.get("source_fingerprint") != fingerprint or meta.get("vocab_sha256") != file_sha256(vocab_file):
+        return False
+    files = [f for split in meta.get("splits", {}).values() for f in split.get("files", [])]
+    return all(os.path.exists(os.path.join(data_dir, f)) for f in files)
+
+
+def _remove_outputs(task: Text2TextProblem, data_dir: str) -> None:
+    """Removes the meta file first (so nothing looks complete), then stale shards of any count."""
+    for path in [meta_path(data_dir, task.name)] + sorted(
+        glob.glob(os.path.join(glob.escape(data_dir), f"{glob.escape(task.name)}-*-[0-9]*-of-[0-9]*"))
+    ):
+        if os.path.exists(path):
+            os.remove(path)
+
+
+def _progress(options: Options, desc: str, total: int | None = None) -> tqdm:
+    enabled = sys.stderr.isatty() if options.progress is None else options.progress
+    return tqdm(total=total, desc=desc, unit=" rows", unit_scale=True, disable=not enabled, leave=False)
+
+
+def _blank_mask(frame: pd.DataFrame, required: tuple[str, ...]) -> np.ndarray:
+    blank = np.zeros(len(frame), dtype=bool)
+    for column in required:
+        values = frame[column].tolist()
+        blank |= np.fromiter(map(len, values), dtype=np.int64, count=len(values)) == 0
+        blank |= np.fromiter(map(str.isspace, values), dtype=bool, count=len(values))
+    return blank
+
+
+def _failing_line(task: Text2TextProblem, frame: pd.DataFrame, lines: np.ndarray) -> str:
+    """'line N' of the first record that `preprocess` fails on, to point the user at it."""
+    for line, record in zip(lines.tolist(), frame.to_dict("records"), strict=True):
+        try:
+            task.preprocess(record)
+        except Exception:  # noqa: BLE001 - looking for the culprit only
+            return f"line {line}"
+    return f"lines {lines[0]}-{lines[-1]}" if len(lines) else "an empty chunk"
+
+
+def _pairs(
+    task: Text2TextProblem, frame: pd.DataFrame, lines: np.ndarray, origin: str
+) -> tuple[np.ndarray, list[str], list[str]]:
+    """Preprocessed (kept mask, inputs, targets) of a chunk; a None input drops a record.
+
+    A failure in the problem's code becomes a one-line error naming the record's line.
+    """
+    try:
+        inputs, targets = task.preprocess_frame(frame)
+    except UserError as exc:
+        raise UserError(f"{origin}: {_failing_line(task, frame, lines)}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a bug in the problem's code, reported with the record
+        raise UserError(
+            f"{origin}: {_failing_line(task, frame, lines)}: preprocessing for problem '{task.name}' failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    if len(inputs) != len(frame) or len(targets) != len(frame):
+        raise UserError(f"problem '{task.name}': preprocess_frame returned {len(inputs)} results for {len(frame)}")
+    kept = np.fromiter((i is not None for i in inputs), dtype=bool, count=len(inputs))
+    if not kept.all():
+        picked = np.nonzero(kept)[0].tolist()
+        inputs, targets = [inputs[i] for i in picked], [targets[i] for i in picked]
+    for name, values in (("inputs", inputs), ("targets", targets)):
+        types = set(map(type, values))
+        if not types <= {str}:
+            wrong = sorted(t.__name__ for t in types - {str})
+            raise UserError(f"problem '{task.name}': preprocess gave {name} of type {', '.join(wrong)}, expected str")
+    return kept, inputs, targets
+
+
+def read_task(task: Text2TextProblem, options: Options, fingerprint: str, sample: VocabSample | None) -> Spool:
+    """Pass 1: source -> skipped/filtered counts, split assignment, text spool, vocab sample."""
+    work_dir = os.path.join(options.data_dir, f".{task.name}.work")
+    shutil.rmtree(work_dir, ignore_errors=True)
+    os.makedirs(work_dir)
+    spool = Spool(work_dir, fingerprint)
+    handles: dict[str, Any] = {}
+    read_options = ReadOptions(chunk_rows=options.chunk_rows, tfds_data_dir=options.tfds_data_dir)
+    sources = split_sources(task, options)
+    dev_cut = int(round(task.dev_fraction * _DEV_BUCKETS))
+
+    def emit(split: str, hashes: np.ndarray, inputs: list[str], targets: list[str]) -> None:
+        if split not in handles:
+            spool.files[split] = os.path.join(work_dir, f"{split}.spool")
+            handles[split] = open(spool.files[split], "wb")  # noqa: SIM115 - closed below
+        pickle.dump((hashes, inputs, targets), handles[split], protocol=pickle.HIGHEST_PROTOCOL)
+        spool.counts[split] = spool.counts.get(split, 0) + len(inputs)
+        if split == "train" and sample is not None:
+            sample.add(inputs)
+            sample.add(targets)
+
+    try:
+        with _progress(options, f"{task.name}: reading") as bar:
+            for source_split, source in sources.items():
+                report = SourceReport(source.origin, source_split)
+                spool.reports.append(report)
+                hash_split = source_split == "train" and "dev" not in sources
+                for chunk in source.chunks(read_options):
+                    gc.collect(1)  # cycles from the previous chunk: young objects only, cheap
+                    report.rows += len(chunk.frame)
+                    bar.update(len(chunk.frame))
+                    keep = ~_blank_mask(chunk.frame, source.required)
+                    if not keep.all():
+                        skipped_lines = chunk.lines[~keep]
+                        report.skipped += len(skipped_lines)
+                        room = SKIPPED_LINES_REPORTED - len(report.first_skipped_lines)
+                        report.first_skipped_lines.extend(int(n) for n in skipped_lines[:room])
+                    frame = chunk.frame[keep].reset_index(drop=True)
+                    kept, inputs, targets = _pairs(task, frame, chunk.lines[keep], source.origin)
+                    report.filtered += int((~kept).sum())
+                    keys = chunk.keys[keep][kept]
+                    hashes = pd.util.hash_array(np.asarray(keys, dtype=object if keys.dtype == object else None))
+                    if not hash_split:
+                        emit(source_split, hashes, inputs, targets)
+                        continue
+                    is_dev = (hashes % np.uint64(_DEV_BUCKETS)) < np.uint64(dev_cut)
+                    for split, mask in (("train", ~is_dev), ("dev", is_dev)):
+                        picked = np.nonzero(mask)[0].tolist()
+                        emit(split, hashes[mask], [inputs[i] for i in picked], [targets[i] for i in picked])
+                _check_skipped(task, source, report)
+    finally:
+        for handle in handles.values():
+            handle.close()
+    if not spool.counts.get("train"):
+        raise UserError(f"problem '{task.name}': no train examples from {sources['train'].origin}")
+    return spool
+
+
+def _check_skipped(task: Text2TextProblem, source: Source, report: SourceReport) -> None:
+    if not report.skipped:
+        return
+    lines = ", ".join(map(str, report.first_skipped_lines))
+    more = ", ..." if report.skipped > len(report.first_skipped_lines) else ""
+    fields = "/".join(source.required)
+    message = (
+        f"{report.origin}: skipped {report.skipped} of {report.rows} rows with an empty required field "
+        f"({fields}) at lines {lines}{more}"
+    )
+    if report.skipped > task.max_skipped_fraction * report.rows:
+        raise UserError(
+            f"{message}; that is more than {task.max_skipped_fraction:.2%} of the rows "
+            f"(max_skipped_fraction of problem '{task.name}'): fix the file or raise the limit"
+        )
+    logging.warning("%s", message)
+
+
+def make_vocabulary(problem: Problem, vocab_file: str, sample: VocabSample | None) -> None:
+    spec = problem.vocab
+    if spec.from_file:
+        if not os.path.exists(spec.from_file):
+            raise UserError(f"vocabulary {spec.from_file} (vocab.from_file of '{problem.name}') not found")
+        Vocabulary(spec.from_file)  # checks the pad/eos/unk layout before it becomes the vocabulary
+        tmp = f"{vocab_file}.tmp{os.getpid()}"
+        shutil.copyfile(spec.from_file, tmp)
+        os.replace(tmp, vocab_file)
+        return
+    assert sample is not None
+    sentences = sample.sentences()
+    logging.info("training vocabulary %s on %d sentences", vocab_file, len(sentences))
+    train_vocabulary(
+        sentences,
+        vocab_file,
+        vocab_size=spec.size,
+        model_type=spec.model_type,
+        user_defined_symbols=spec.user_defined_symbols,
+        character_coverage=spec.character_coverage,
+    )
+
+
+def _spool_chunks(path: str) -> Iterator[tuple[np.ndarray, list[str], list[str]]]:
+    with open(path, "rb") as f:
+        while True:
+            try:
+                yield pickle.load(f)
+            except EOFError:
+                return
+
+
+def write_task(task: Text2TextProblem, spool: Spool, vocab_file: str, options: Options) -> dict[str, Any]:
+    """Pass 2: spool -> encoded, bucketed, shuffled shards; then the meta file, last."""
+    vocab = Vocabulary(vocab_file)
+    text_encoder = PackedTextEncoder(vocab)
+    example = shards.ExampleEncoder().example
+    counts = num_shards(task, options)
+    lengths = {"inputs": LengthHistogram(), "targets": LengthHistogram()}
+    splits_meta: dict[str, Any] = {}
+    with _progress(options, f"{task.name}: writing", total=sum(spool.counts.values())) as bar:
+        for split in ("train", "dev", "test"):
+            if split not in spool.files:
+                continue
+            count = counts[split]
+            buckets = shards.SplitBuckets(spool.work_dir, split, count)
+            try:
+                for hashes, inputs, targets in _spool_chunks(spool.files[split]):
+                    gc.collect(1)
+                    packed_inputs, input_lengths = text_encoder.encode(inputs)
+                    packed_targets, target_lengths = text_encoder.encode(targets)
+                    lengths["inputs"].add(input_lengths + 1)
+                    lengths["targets"].add(target_lengths + 1)
+                    records = list(map(example, packed_inputs, packed_targets))
+                    buckets.add(shards.shard_of(hashes, count), records)
+                    bar.update(len(records))
+            finally:
+                buckets.close()
+            files = []
+            for index, bucket in enumerate(buckets.paths):
+                path = shard_path(options.data_dir, task.name, split, index, count)
+                seed = shards.shuffle_seed(task.name, split, str(index)) if split == "train" else None
+                shards.write_shard(bucket, path, seed)
+                os.remove(bucket)
+                files.append(os.path.basename(path))
+            splits_meta[split] = {"examples": spool.counts[split], "shards": count, "files": files}
+    meta = {
+        "problem": task.name,
+        "vocab_file": os.path.basename(vocab_path(options.data_dir, task.vocab.name)),
+        "vocab_size": vocab.vocab_size,
+        "vocab_sha256": file_sha256(vocab_file),
+        "splits": splits_meta,
+        "rows_read": sum(r.rows for r in spool.reports),
+        "skipped": {
+            "total": sum(r.skipped for r in spool.reports),
+            "sources": {
+                r.split: {
+                    "source": os.path.basename(r.origin),
+                    "rows": r.rows,
+                    "skipped": r.skipped,
+                    "first_lines": r.first_skipped_lines,
+                    "filtered": r.filtered,
+                }
+                for r in spool.reports
+            },
+        },
+        "filtered": sum(r.filtered for r in spool.reports),
+        "lengths": {name: histogram.summary() for name, histogram in lengths.items()},
+        "lengths_include_eos": True,
+        "metrics": list(task.metrics),
+        "source_fingerprint": spool.fingerprint,
+    }
+    atomic_write_text(meta_path(options.data_dir, task.name), json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return meta
+
+
+def _summary(meta: dict[str, Any], seconds: float) -> str:
+    splits = ", ".join(f"{split} {info['examples']}" for split, info in meta["splits"].items())
+    rows = meta["rows_read"]
+    rate = rows / seconds if seconds > 0 else float("inf")
+    return (
+        f"{meta['problem']}: {rows} rows -> {splits}; skipped {meta['skipped']['total']}, "
+        f"filtered {meta['filtered']}; {seconds:.1f} s, {rate:,.0f} rows/s"
+    )

@@ -1,0 +1,363 @@
+"""Decoding and scoring many lines with one model start-up, in input order.
+
+Starting an Estimator and building the Mesh TensorFlow graph costs far more than a
+batch of decoding, so every line goes through ONE `predict` call fed by a generator.
+The generator reads lines lazily, sorts a window of them by length (rows of similar
+length finish decoding together), pads to static batches and remembers where each row
+came from; results are put back in input order and written as soon as the next
+line's result is known, so stdin -> stdout pipelines stream.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TextIO
+
+import numpy as np
+from absl import logging
+
+from t2tcli import textio
+from t2tcli.errors import UserError
+from t2tcli.hparams import HParams
+from t2tcli.vocab import EOS_ID, PAD_ID
+
+Features = dict[str, np.ndarray]
+# predict(batches, feature_shapes) -> one dict per row ({"outputs": ids, "scores": float}).
+PredictFn = Callable[[Callable[[], Iterator[Features]], dict[str, tuple[int, int]]], Iterable[dict[str, Any]]]
+
+# Rows sorted together: large enough that batches are of similar length, small enough
+# that a stdin pipeline sees its first outputs early and memory stays flat.
+SORT_WINDOW_BATCHES = 32
+# How many truncated lines are named one by one before only the count is kept.
+MAX_TRUNCATION_WARNINGS = 5
+
+
+DECODE_KEYS = ("beam_size", "alpha", "temperature", "top_k", "max_decode_length")
+
+
+def default_decode_hparams(model_hparams: HParams | None = None) -> HParams:
+    """Settings of --decode_hparams, starting from the model's own decode hparams.
+
+    0 for a length means: the model's own length (targets_length / inputs_length).
+    """
+    hp = HParams(
+        beam_size=1,
+        alpha=0.6,
+        temperature=0.0,
+        top_k=0,
+        batch_size=64,
+        max_decode_length=0,
+        max_input_length=0,
+    )
+    for key in DECODE_KEYS:
+        if model_hparams is not None and key in model_hparams:
+            hp.set_hparam(key, model_hparams.get(key))
+    return hp
+
+
+def parse_decode_hparams(text: str, model_hparams: HParams | None = None) -> HParams:
+    """--decode_hparams over the model's decode settings, checked for contradictions."""
+    hp = default_decode_hparams(model_hparams).parse(text)
+    if hp.beam_size < 1:
+        raise UserError(f"--decode_hparams: beam_size={hp.beam_size} must be >= 1")
+    if hp.batch_size < 1:
+        raise UserError(f"--decode_hparams: batch_size={hp.batch_size} must be >= 1")
+    if hp.temperature < 0 or hp.top_k < 0:
+        raise UserError("--decode_hparams: temperature and top_k must be >= 0")
+    if hp.beam_size > 1 and (hp.temperature > 0 or hp.top_k > 0):
+        raise UserError("--decode_hparams: beam search (beam_size > 1) does not sample; drop temperature/top_k")
+    return hp
+
+
+def input_formatter(problem: Any, raw: bool) -> Callable[[str], str]:
+    """How a line becomes the model's input string: as the problem formats it in
+    training (e.g. question pairs from 'q1<TAB>q2'), or as it is with --raw_inputs."""
+    if raw:
+        return lambda line: line
+    if problem.is_mixture:
+        names = ", ".join(task.name for task, _ in problem.components())
+        raise UserError(
+            f"problem '{problem.name}' is a mixture: pass --problem=<one of {names}> to format inputs as that "
+            "problem does, or --raw_inputs to feed lines as they are"
+        )
+    return problem.format_input
+
+
+@dataclasses.dataclass
+class Row:
+    """One non-empty input: its position in the input and its token ids."""
+
+    index: int
+    inputs: list[int]
+    targets: list[int] | None = None
+
+
+@dataclasses.dataclass
+class Stats:
+    lines: int = 0
+    empty: int = 0
+    output_tokens: int = 0
+    truncated_inputs: int = 0
+    truncated_targets: int = 0
+    started: float = dataclasses.field(default_factory=time.monotonic)
+    first_batch: float | None = None
+    finished: float | None = None
+
+    def summary(self) -> str:
+        end = self.finished or time.monotonic()
+        total = end - self.started
+        busy = end - (self.first_batch or self.started)
+        rate = self.lines / busy if busy > 0 else 0.0
+        tok_rate = self.output_tokens / busy if busy > 0 else 0.0
+        return (
+            f"{self.lines} lines ({self.empty} empty), {self.output_tokens} output tokens in {total:.1f} s "
+            f"({total - busy:.1f} s start-up): {rate:.1f} sentences/s, {tok_rate:.1f} tokens/s"
+        )
+
+
+def fit(ids: list[int], length: int) -> tuple[list[int], bool]:
+    """ids + EOS, cut to `length` (keeping the EOS); second value: whether it was cut."""
+    if length and len(ids) + 1 > length:
+        return ids[: length - 1] + [EOS_ID], True
+    return ids + [EOS_ID], False
+
+
+def _pad(rows: list[list[int]], length: int) -> np.ndarray:
+    out = np.full((len(rows), length), PAD_ID, dtype=np.int32)
+    for i, ids in enumerate(rows):
+        out[i, : len(ids)] = ids
+    return out
+
+
+class Batcher:
+    """Turns a stream of Rows into static-shape batches, remembering each row's origin.
+
+    `plan` receives, for every yielded batch row, its Row (or None for padding) in the
+    order the model sees them, so predictions can be matched back without the model
+    carrying indices through its graph.
+    """
+
+    def __init__(self, rows: Iterable[Row], batch_size: int, inputs_length: int, targets_length: int | None) -> None:
+        self.rows = rows
+        self.batch_size = batch_size
+        self.inputs_length = inputs_length
+        self.targets_length = targets_length
+        self.plan: collections.deque[Row | None] = collections.deque()
+        self.on_first_batch: Callable[[], None] | None = None
+
+    def shapes(self) -> dict[str, tuple[int, int]]:
+        shapes = {"inputs": (self.batch_size, self.inputs_length)}
+        if self.targets_length is not None:
+            shapes["targets"] = (self.batch_size, self.targets_length)
+        return shapes
+
+    def __call__(self) -> Iterator[Features]:
+        window: list[Row] = []
+        for row in self.rows:
+            window.append(row)
+            if len(window) == self.batch_size * SORT_WINDOW_BATCHES:
+                yield from self._batches(window)
+                window = []
+        yield from self._batches(window)
+
+    def _batches(self, window: list[Row]) -> Iterator[Features]:
+        window.sort(key=lambda r: (len(r.inputs), len(r.targets or ())), reverse=True)
+        for start in range(0, len(window), self.batch_size):
+            chunk: list[Row | None] = list(window[start : start + self.batch_size])
+            chunk += [None] * (self.batch_size - len(chunk))
+            self.plan.extend(chunk)
+            if self.on_first_batch is not None:
+                self.on_first_batch()
+                self.on_first_batch = None
+            features = {"inputs": _pad([r.inputs if r else [EOS_ID] for r in chunk], self.inputs_length)}
+            if self.targets_length is not None:
+                features["targets"] = _pad([r.targets if r else [EOS_ID] for r in chunk], self.targets_length)
+            yield features
+
+
+class OrderedWriter:
+    """Writes results in input order as soon as every earlier line is done."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.next = 0
+        self.pending: dict[int, str] = {}
+        self.lock = threading.Lock()
+
+    def put(self, index: int, text: str) -> None:
+        with self.lock:
+            self.pending[index] = text
+            wrote = False
+            while self.next in self.pending:
+                self.out.write(self.pending.pop(self.next) + "\n")
+                self.next += 1
+                wrote = True
+            if wrote:
+                self.out.flush()
+
+    def close(self, total: int) -> None:
+        if self.pending or self.next != total:
+            missing = total - self.next
+            raise RuntimeError(f"{missing} results missing at line {self.next + 1}; the model returned too few rows")
+
+
+@dataclasses.dataclass
+class Job:
+    """What to run: how lines become ids, and how many tokens fit."""
+
+    encode: Callable[[str], list[int]]
+    decode: Callable[[list[int]], str]
+    inputs_length: int
+    targets_length: int
+    batch_size: int
+    format_input: Callable[[str], str] = lambda s: s
+    source_name: str = "input"
+
+
+def _rows(lines: Iterable[str], job: Job, writer: OrderedWriter, stats: Stats, scoring: bool) -> Iterator[Row]:
+    """Non-empty lines as Rows; empty lines are answered at once with an empty line."""
+    for index, line in enumerate(lines):
+        stats.lines += 1
+        if not line.strip():
+            stats.empty += 1
+            writer.put(index, "")
+            continue
+        target_text = None
+        if scoring:
+            text, sep, target_text = line.rpartition("\t")
+            if not sep:
+                raise UserError(f"{job.source_name}:{index + 1}: expected 'input<TAB>target'")
+            line = text
+        try:
+            text = job.format_input(textio.unescape(line))
+        except (UserError, ValueError) as exc:
+            raise UserError(f"{job.source_name}:{index + 1}: {exc}") from None
+        inputs, cut = fit(job.encode(text), job.inputs_length)
+        if cut:
+            stats.truncated_inputs += 1
+            if stats.truncated_inputs <= MAX_TRUNCATION_WARNINGS:
+                logging.warning(
+                    "%s:%d: input of %d tokens truncated to %d",
+                    job.source_name,
+                    index + 1,
+                    len(job.encode(text)) + 1,
+                    job.inputs_length,
+                )
+        targets = None
+        if target_text is not None:
+            targets, cut = fit(job.encode(textio.unescape(target_text)), job.targets_length)
+            stats.truncated_targets += cut
+        yield Row(index, inputs, targets)
+
+
+def run(lines: Iterable[str], out: TextIO, job: Job, predict: PredictFn, scoring: bool = False, progress=None) -> Stats:
+    """Decodes (or, with `scoring`, scores) every line into `out`, one output line each.
+
+    `progress`, when given, is called with the number of lines finished since its
+    last call (e.g. a tqdm bar's `update`).
+    """
+    stats = Stats()
+    writer = OrderedWriter(out)
+    batcher = Batcher(
+        _rows(lines, job, writer, stats, scoring),
+        job.batch_size,
+        job.inputs_length,
+        job.targets_length if scoring else None,
+    )
+
+    def first_batch() -> None:
+        stats.first_batch = time.monotonic()
+
+    batcher.on_first_batch = first_batch
+    done_before = 0
+    for prediction in predict(batcher, batcher.shapes()):
+        row = batcher.plan.popleft()
+        if row is None:
+            continue
+        if scoring:
+            text = f"{float(prediction['scores']):.6g}"
+        else:
+            ids = [int(i) for i in np.asarray(prediction["outputs"]).reshape(-1)]
+            n = ids.index(EOS_ID) if EOS_ID in ids else len(ids)
+            stats.output_tokens += sum(1 for i in ids[:n] if i != PAD_ID)
+            text = textio.escape(job.decode(ids))
+        writer.put(row.index, text)
+        if progress is not None and writer.next > done_before:
+            progress(writer.next - done_before)
+            done_before = writer.next
+    if batcher.plan and any(r is not None for r in batcher.plan):
+        raise RuntimeError("the model returned fewer rows than it was given")
+    writer.close(stats.lines)
+    if progress is not None and writer.next > done_before:
+        progress(writer.next - done_before)
+    stats.finished = time.monotonic()
+    if stats.truncated_inputs:
+        logging.warning(
+            "%d of %d inputs were longer than %d tokens and were truncated",
+            stats.truncated_inputs,
+            stats.lines - stats.empty,
+            job.inputs_length,
+        )
+    if stats.truncated_targets:
+        logging.warning(
+            "%d of %d targets were longer than %d tokens and were truncated (their scores cover the kept part)",
+            stats.truncated_targets,
+            stats.lines - stats.empty,
+            job.targets_length,
+        )
+    return stats
+
+
+def bucket(length: int, multiple: int = 16) -> int:
+    return max(multiple, -(-length // multiple) * multiple)
+
+
+def scan_lengths(lines: Iterable[str], job: Job, scoring: bool) -> tuple[int, int]:
+    """Longest (inputs, targets) in tokens with EOS, for a file read before decoding.
+
+    Mesh TensorFlow needs one static input length per predict call; padding every row
+    to the model's maximum (e.g. 512) when the file's longest line is 30 tokens makes
+    the encoder and every decoder step's attention do many times the work. Format
+    errors surface here, with the same line-numbered messages as during decoding.
+    """
+    longest_inputs = longest_targets = 1
+    for index, line in enumerate(lines):
+        if not line.strip():
+            continue
+        target_text = None
+        if scoring:
+            line, sep, target_text = line.rpartition("\t")
+            if not sep:
+                raise UserError(f"{job.source_name}:{index + 1}: expected 'input<TAB>target'")
+        try:
+            text = job.format_input(textio.unescape(line))
+        except (UserError, ValueError) as exc:
+            raise UserError(f"{job.source_name}:{index + 1}: {exc}") from None
+        longest_inputs = max(longest_inputs, len(job.encode(text)) + 1)
+        if target_text is not None:
+            longest_targets = max(longest_targets, len(job.encode(textio.unescape(target_text))) + 1)
+    return longest_inputs, longest_targets
+
+
+def predict_rows(
+    rows: list[Row], predict: PredictFn, batch_size: int, inputs_length: int, targets_length: int | None = None
+) -> list[dict[str, Any]]:
+    """Runs `rows` (already id lists) through one predict call; results in `rows` order.
+
+    Row.index must be the row's position in `rows`. With `targets_length`, the rows'
+    targets are fed too (scoring).
+    """
+    batcher = Batcher(iter(rows), batch_size, inputs_length, targets_length)
+    results: list[dict[str, Any] | None] = [None] * len(rows)
+    for prediction in predict(batcher, batcher.shapes()):
+        row = batcher.plan.popleft()
+        if row is not None:
+            results[row.index] = prediction
+    missing = sum(r is None for r in results)
+    if missing:
+        raise RuntimeError(f"the model returned no result for {missing} of {len(rows)} rows")
+    return results  # type: ignore[return-value]

@@ -1,0 +1,522 @@
+"""The Mesh TensorFlow encoder-decoder transformer inside a tf.estimator model_fn.
+
+The model is mesh-tensorflow's `transformer.Bitransformer` (the model T5 uses),
+configured from hparams through `t2tcli.gin_bindings`. One model_fn serves TRAIN,
+EVAL and PREDICT on one CPU, on a mesh of CPU / GPU devices (`PlacementMeshImpl`) and
+on TPUs (`SimdMeshImpl` under TPUEstimator).
+
+Contract (used by t2t-train, t2t-eval, t2t-decode and t2t-export)
+-----------------------------------------------------------------
+`build_estimator(model_dir, hparams, vocab_size, ...)` returns an Estimator (a
+TPUEstimator with `tpu=...`) whose input_fn must yield static shapes (mtf needs them;
+the caller pads the last batch to the full batch size):
+
+* TRAIN / EVAL features: `inputs`, `targets` int32 [batch, length] (ids ending in
+  EOS=1, 0-padded); optionally packed, with `inputs_segmentation`,
+  `inputs_position`, `targets_segmentation`, `targets_position` (see t2tcli.inputs).
+  EVAL's `loss` is the token-weighted mean cross-entropy of the batch (no label
+  smoothing, no z-loss); metrics `token_accuracy`, `xent` (token-weighted over the
+  whole eval set) and `perplexity` = exp(xent).
+* PREDICT features: `inputs` int32 [batch, inputs_length]; optional `targets` int32
+  [batch, targets_length] switches to scoring.
+  Predictions: `outputs` int32 [batch, max_decode_length] (decoded ids, 0 after the
+  first EOS; when scoring, the given targets) and `scores` float32 [batch] (sum of the
+  teacher-forced log-probabilities of `outputs`; when scoring, of the given targets).
+  Decode settings come from hparams: `beam_size` (1: greedy or sampling), `alpha`
+  (beam length penalty), `temperature` (0: greedy), `top_k` (0: off) and
+  `max_decode_length` (0: `targets_length`). `params={"decode": {...}}` given to
+  build_estimator overrides any of them for one estimator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from typing import Any
+
+from absl import logging
+
+from t2tcli import gin_bindings, optimization
+from t2tcli import mesh as meshlib
+from t2tcli.compat import tf
+from t2tcli.errors import UserError
+from t2tcli.hparams import HParams
+
+# isort: split
+# Imported after t2tcli.compat, whose shims mesh_tensorflow needs.
+import mesh_tensorflow as mtf
+from mesh_tensorflow.transformer import transformer
+from tensorflow_estimator.python.estimator.tpu import tpu_config as tpu_config_lib
+from tensorflow_estimator.python.estimator.tpu import tpu_estimator
+
+tf1 = tf.compat.v1
+ModeKeys = tf.estimator.ModeKeys
+FEATURE_KEYS = ("inputs", "targets")
+PACKING_SUFFIXES = ("_segmentation", "_position")
+DECODE_KEYS = ("beam_size", "alpha", "temperature", "top_k", "max_decode_length")
+
+
+@dataclasses.dataclass
+class TrainSettings:
+    """What the TRAIN graph needs besides hparams: checkpointing and logging."""
+
+    train_steps: int | None = None
+    save_checkpoints_steps: int = 1000
+    keep_checkpoint_max: int = 5
+    log_every_steps: int = 100
+    init_checkpoint: str | None = None
+
+
+def variable_dtype(hp: HParams) -> mtf.VariableDType:
+    """float32 variables; activations in hp.activation_dtype (bfloat16 or float32)."""
+    if hp.activation_dtype not in ("bfloat16", "float32"):
+        raise UserError(f"hparam activation_dtype='{hp.activation_dtype}': use bfloat16 or float32")
+    return mtf.VariableDType(tf.float32, tf.float32, tf.as_dtype(hp.activation_dtype))
+
+
+def build_model(hp: HParams, vocab_size: int) -> transformer.Bitransformer:
+    """A Bitransformer for `hp` (gin is reset to hp's bindings first)."""
+    gin_bindings.apply(hp)
+    return transformer.make_bitransformer(input_vocab_size=vocab_size, output_vocab_size=vocab_size)
+
+
+def _import_features(mesh: mtf.Mesh, features: dict[str, tf.Tensor], batch_dim: mtf.Dimension) -> dict[str, mtf.Tensor]:
+    out = {}
+    for key, value in features.items():
+        if key.split("_")[0] not in FEATURE_KEYS:
+            continue
+        length = value.shape[-1]
+        if length is None or value.shape[0] is None:
+            raise ValueError(f"feature '{key}' needs a static shape, got {value.shape}")
+        shape = mtf.Shape([batch_dim, mtf.Dimension("length", int(length))])
+        out[key] = mtf.import_fully_replicated(mesh, tf.cast(value, tf.int32), shape, name=key)
+    return out
+
+
+def _token_xent(logits: mtf.Tensor, targets: mtf.Tensor) -> tuple[mtf.Tensor, mtf.Tensor]:
+    """Per-token cross-entropy (float32) and the 0/1 weights of non-padding targets."""
+    logits = mtf.cast(logits, tf.float32)
+    xent = mtf.layers.softmax_cross_entropy_with_logits(logits, targets, logits.shape.dims[-1])
+    weights = mtf.cast(mtf.greater(targets, 0), tf.float32)
+    return xent * weights, weights
+
+
+def _clean_decodes(ids: mtf.Tensor) -> mtf.Tensor:
+    """Zeroes every position after the first EOS."""
+    length_dim = ids.shape.dims[-1]
+    is_eos = mtf.cast(mtf.equal(ids, 1), tf.int32)
+    eos_before = mtf.cumsum(is_eos, length_dim, exclusive=True)
+    return ids * mtf.cast(mtf.equal(eos_before, 0), tf.int32)
+
+
+def _decode_settings(hp: HParams, params: dict[str, Any] | None) -> dict[str, Any]:
+    settings = {k: hp.get(k) for k in DECODE_KEYS}
+    settings.update((params or {}).get("decode", {}) or {})
+    if settings["beam_size"] > 1 and (settings["temperature"] or settings["top_k"]):
+        raise UserError("beam_size > 1 cannot be combined with temperature or top_k sampling")
+    return settings
+
+
+class _Graph:
+    """One model_fn call's mtf graph, mesh and model."""
+
+    def __init__(self, hp: HParams, vocab_size: int, mesh_impl: mtf.MeshImpl, var_placer: Any = None) -> None:
+        self.hp = hp
+        self.graph = mtf.Graph()
+        self.mesh = mtf.Mesh(self.graph, "mesh", var_placer)
+        self.mesh_impl = mesh_impl
+        self.model = build_model(hp, vocab_size)
+        self.dtype = variable_dtype(hp)
+
+    def logits(self, f: dict[str, mtf.Tensor], targets: mtf.Tensor, mode: str, compute_loss: bool) -> Any:
+        return self.model.call_simple(
+            inputs=f["inputs"],
+            targets=targets,
+            compute_loss=compute_loss,
+            mode=mode,
+            variable_dtype=self.dtype,
+            encoder_sequence_id=f.get("inputs_segmentation"),
+            decoder_sequence_id=f.get("targets_segmentation"),
+            encoder_position=f.get("inputs_position"),
+            decoder_position=f.get("targets_position"),
+        )
+
+    def lower(self) -> mtf.Lowering:
+        return mtf.Lowering(self.graph, {self.mesh: self.mesh_impl}, autostack=True)
+
+
+def _checkpoint_mismatches(init_checkpoint: str, graph: mtf.Graph) -> tuple[dict[str, str], list[str]]:
+    """(assignment map for tf.train.init_from_checkpoint, problems) for the model's variables."""
+    try:
+        reader = tf.train.load_checkpoint(init_checkpoint)
+    except (ValueError, tf.errors.NotFoundError, tf.errors.DataLossError) as exc:
+        raise UserError(f"--init_checkpoint={init_checkpoint}: no readable checkpoint ({exc})") from None
+    ckpt_shapes = reader.get_variable_to_shape_map()
+    problems: list[str] = []
+    assignment: dict[str, str] = {}
+    trainable = {v.name for v in graph.trainable_variables}
+    for var in graph.all_variables:
+        name = var.name
+        shape = var.shape.to_integer_list
+        if name not in ckpt_shapes:
+            if name in trainable:
+                problems.append(f"{name} {shape} missing from checkpoint")
+            continue
+        if list(ckpt_shapes[name]) != shape:
+            if name in trainable:
+                problems.append(f"{name}: model {shape} vs checkpoint {list(ckpt_shapes[name])}")
+            continue
+        assignment[name] = name
+    return assignment, problems
+
+
+def _init_from_checkpoint(init_checkpoint: str, graph: mtf.Graph) -> None:
+    """Initialises the model (and matching optimizer slots) from a mesh-tf / T5 checkpoint.
+
+    Only initial values change, so a run resumed from its own model_dir keeps its
+    trained weights. Any trainable variable that is absent or shaped differently is an
+    error listing all of them: silently training a half-initialised model wastes days.
+    """
+    assignment, problems = _checkpoint_mismatches(init_checkpoint, graph)
+    if problems:
+        shown = "; ".join(problems[:20]) + (f"; ... {len(problems) - 20} more" if len(problems) > 20 else "")
+        raise UserError(f"--init_checkpoint={init_checkpoint} does not fit the model: {shown}")
+    tf1.logging.info("initialising %d variables from %s", len(assignment), init_checkpoint)
+    tf1.train.init_from_checkpoint(init_checkpoint, assignment)
+
+
+def _mesh_impl(spec: meshlib.MeshSpec, params: dict[str, Any], use_tpu: bool) -> tuple[mtf.MeshImpl, Any]:
+    if not use_tpu or "context" not in params:
+        return meshlib.placement_mesh_impl(spec, meshlib.placement_devices(spec)), None
+    ctx = params["context"]
+    devices = [ctx.tpu_host_placement_function(host_id=i) for i in range(ctx.num_hosts)]
+    var_placer = mtf.utils.BalancedVariablePlacer(devices, [300_000_000 * ctx.num_replicas] + [0] * (ctx.num_hosts - 1))
+    physical = [int(i) for i in ctx.device_assignment.topology.mesh_shape]
+    if len(physical) == 4 and physical[2] > 1:
+        physical = mtf.simd_mesh_impl.physical_shape_3d_from_topology_proto_4d(physical)
+    logical_to_physical = mtf.simd_mesh_impl.auto_logical_to_physical_tpu(
+        spec.mtf_shape().to_integer_list, physical, device_assignment=ctx.device_assignment
+    )
+    impl = mtf.simd_mesh_impl.SimdMeshImpl(
+        spec.mtf_shape(),
+        spec.mtf_layout(),
+        [""] * spec.size,
+        ctx.device_assignment,
+        logical_to_physical=logical_to_physical,
+    )
+    return impl, var_placer
+
+
+def make_model_fn(
+    hp: HParams, vocab_size: int, model_dir: str, train: TrainSettings | None = None, use_tpu: bool = False
+) -> Any:
+    """The Estimator model_fn for `hp`; see the module docstring for its contract."""
+    spec = meshlib.spec_from_hparams(hp)
+    meshlib.check_vocab(spec, vocab_size, hp.vocab_divisor)
+    optimization.check(hp)
+    variable_dtype(hp)
+    train = train or TrainSettings()
+
+    def model_fn(features: dict[str, tf.Tensor], labels: Any, mode: str, params: dict[str, Any] | None = None) -> Any:
+        del labels
+        params = params or {}
+        batch_size = features["inputs"].shape[0]
+        if batch_size is None:
+            raise ValueError("model_fn needs a static batch size: batch with drop_remainder=True (pad the last batch)")
+        meshlib.check_batch(spec, int(batch_size))
+        mesh_impl, var_placer = _mesh_impl(spec, params, use_tpu)
+        g = _Graph(hp, vocab_size, mesh_impl, var_placer)
+        batch_dim = mtf.Dimension("batch", int(batch_size))
+        f = _import_features(g.mesh, features, batch_dim)
+        if mode == ModeKeys.TRAIN:
+            return _train_spec(g, f, features, model_dir, train, use_tpu)
+        if mode == ModeKeys.EVAL:
+            return _eval_spec(g, f, use_tpu)
+        return _predict_spec(g, f, _decode_settings(hp, params), use_tpu)
+
+    return model_fn
+
+
+def _spec(use_tpu: bool, **kwargs: Any) -> Any:
+    if use_tpu:
+        return tpu_estimator.TPUEstimatorSpec(**kwargs)
+    scaffold_fn = kwargs.pop("scaffold_fn", None)
+    if scaffold_fn is not None:
+        kwargs["scaffold"] = scaffold_fn()
+    kwargs.pop("host_call", None)
+    if "training_hooks" in kwargs:
+        kwargs["training_chief_hooks"] = kwargs.pop("training_hooks")
+    if "eval_metrics" in kwargs:
+        fn, tensors = kwargs.pop("eval_metrics")
+        kwargs["eval_metric_ops"] = fn(*tensors)
+    return tf.estimator.EstimatorSpec(**kwargs)
+
+
+def _train_spec(
+    g: _Graph,
+    f: dict[str, mtf.Tensor],
+    features: dict[str, tf.Tensor],
+    model_dir: str,
+    train: TrainSettings,
+    use_tpu: bool,
+) -> Any:
+    hp = g.hp
+    _, loss = g.logits(f, f["targets"], ModeKeys.TRAIN, compute_loss=True)
+    loss = mtf.cast(loss, tf.float32)
+    global_step = tf1.train.get_or_create_global_step()
+    lr = optimization.learning_rate(hp, global_step, train.train_steps)
+    variables = g.graph.trainable_variables
+    grads = mtf.gradients([loss], [v.outputs[0] for v in variables])
+    update_ops = optimization.optimizer(hp, lr).apply_grads(grads, variables)
+    lowering = g.lower()
+    tf_loss = tf.cast(lowering.export_to_tf_tensor(loss), tf.float32)
+    tf_updates = [lowering.lowered_operation(op) for op in update_ops]
+    tf_updates.append(tf1.assign_add(global_step, 1))
+    train_op = tf.group(tf_updates)
+    with tf.control_dependencies([train_op]):
+        step_after = tf.identity(global_step.read_value())  # ordered after this step's update
+    tokens = tf.add_n([tf.reduce_sum(tf.cast(tf.not_equal(features[k], 0), tf.int64)) for k in FEATURE_KEYS])
+
+    tf1.summary.scalar("loss", tf_loss)
+    tf1.summary.scalar("learning_rate", lr)
+    tf1.summary.scalar("tokens_per_batch", tokens)
+    with mtf.utils.outside_all_rewrites():
+        if train.init_checkpoint:
+            _init_from_checkpoint(train.init_checkpoint, g.graph)
+        saver = tf1.train.Saver(
+            tf1.global_variables(),
+            sharded=True,
+            max_to_keep=train.keep_checkpoint_max,
+            defer_build=False,
+            save_relative_paths=True,
+        )
+        tf1.add_to_collection(tf1.GraphKeys.SAVERS, saver)
+        hooks = [
+            mtf.MtfRestoreHook(lowering),
+            tf1.train.CheckpointSaverHook(
+                model_dir,
+                save_steps=train.save_checkpoints_steps,
+                saver=saver,
+                listeners=[mtf.MtfCheckpointSaverListener(lowering)],
+            ),
+        ]
+        if not use_tpu:
+            # On TPU these tensors live inside the TPU loop; TPUEstimator logs loss and
+            # steps/s itself and the summaries leave through host_call.
+            hooks.append(TrainLogHook(tf_loss, lr, tokens, step_after, train.log_every_steps, model_dir))
+    host_call = None
+    if use_tpu:
+        host_call = mtf.utils.create_host_call(model_dir)
+        mtf.utils.remove_summaries()
+    return _spec(
+        use_tpu, mode=ModeKeys.TRAIN, loss=tf_loss, train_op=train_op, training_hooks=hooks, host_call=host_call
+    )
+
+
+def _metric_fn(xent: tf.Tensor, weights: tf.Tensor, predictions: tf.Tensor, targets: tf.Tensor) -> dict[str, Any]:
+    token_xent = tf1.metrics.mean(xent, weights=weights)
+    return {
+        "token_accuracy": tf1.metrics.accuracy(targets, predictions, weights=weights),
+        "xent": token_xent,
+        "perplexity": (tf.exp(token_xent[0]), tf.exp(token_xent[1])),
+    }
+
+
+def _eval_spec(g: _Graph, f: dict[str, mtf.Tensor], use_tpu: bool) -> Any:
+    targets = f["targets"]
+    logits, _ = g.logits(f, targets, ModeKeys.EVAL, compute_loss=False)
+    xent, weights = _token_xent(logits, targets)
+    predictions = mtf.cast(mtf.argmax(logits, logits.shape.dims[-1]), tf.int32)
+    batch_loss = mtf.reduce_sum(xent) / mtf.maximum(mtf.reduce_sum(weights), 1.0)
+    anonymous = [mtf.anonymize(t) for t in (xent, weights, predictions, targets)]
+    lowering = g.lower()
+    out = [lowering.export_to_tf_tensor(t) for t in anonymous]
+    tf_loss = tf.cast(lowering.export_to_tf_tensor(batch_loss), tf.float32)
+    with mtf.utils.outside_all_rewrites():
+        hooks = [mtf.MtfRestoreHook(lowering)]
+    return _spec(use_tpu, mode=ModeKeys.EVAL, loss=tf_loss, eval_metrics=(_metric_fn, out), evaluation_hooks=hooks)
+
+
+def _predict_spec(g: _Graph, f: dict[str, mtf.Tensor], decode: dict[str, Any], use_tpu: bool) -> Any:
+    if "targets" in f:
+        outputs = f["targets"]
+    else:
+        length = int(decode["max_decode_length"] or g.hp.targets_length)
+        samples = g.model.decode(
+            f["inputs"],
+            variable_dtype=g.dtype,
+            beam_size=int(decode["beam_size"]),
+            alpha=float(decode["alpha"]),
+            temperature=float(decode["temperature"]),
+            sampling_keep_top_k=int(decode["top_k"]) or -1,
+            max_decode_length=length,
+        )
+        outputs = _clean_decodes(samples)
+    # Scores are teacher-forced log-likelihoods of the outputs, for decodes and scoring alike.
+    scoring = {k: v for k, v in f.items() if k == "inputs"}
+    logits, _ = g.logits(scoring, outputs, ModeKeys.PREDICT, compute_loss=False)
+    xent, _ = _token_xent(logits, outputs)
+    scores = -mtf.reduce_sum(xent, reduced_dim=outputs.shape.dims[-1])
+    outputs, scores = mtf.anonymize(outputs), mtf.anonymize(scores)
+    lowering = g.lower()
+    predictions = {
+        "outputs": tf.cast(lowering.export_to_tf_tensor(outputs), tf.int32),
+        "scores": tf.cast(lowering.export_to_tf_tensor(scores), tf.float32),
+    }
+    with mtf.utils.outside_all_rewrites():
+        hooks = [mtf.MtfRestoreHook(lowering)]
+
+        def scaffold_fn() -> Any:
+            # Export (SavedModel) restores masters only; the local init op copies them into
+            # the sliced variables that the lowered graph reads.
+            return tf1.train.Scaffold(
+                local_init_op=tf.group(
+                    tf1.train.Scaffold.default_local_init_op(), lowering.copy_masters_to_slices(), name="mtf_local_init"
+                )
+            )
+
+    return _spec(
+        use_tpu, mode=ModeKeys.PREDICT, predictions=predictions, prediction_hooks=hooks, scaffold_fn=scaffold_fn
+    )
+
+
+class TrainLogHook(tf1.train.SessionRunHook):
+    """One log line and a steps/s + tokens/s summary every `every` steps."""
+
+    def __init__(
+        self, loss: tf.Tensor, lr: tf.Tensor, tokens: tf.Tensor, step: tf.Tensor, every: int, model_dir: str
+    ) -> None:
+        self._fetches = {"loss": loss, "lr": lr, "tokens": tokens, "step": step}
+        self._every = max(1, int(every))
+        self._model_dir = model_dir
+        self._tokens = 0
+        self._start: tuple[float, int] | None = None
+
+    def before_run(self, run_context: Any) -> Any:
+        return tf1.train.SessionRunArgs(self._fetches)
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        r = run_values.results
+        step = int(r["step"])
+        now = time.monotonic()
+        if self._start is None:
+            self._start = (now, step)
+            return
+        self._tokens += int(r["tokens"])
+        if step % self._every:
+            return
+        elapsed = max(now - self._start[0], 1e-9)
+        steps_per_s = (step - self._start[1]) / elapsed
+        tokens_per_s = self._tokens / elapsed
+        logging.info(
+            "step %d  loss %.4f  lr %.3g  %.2f steps/s  %.0f tokens/s",
+            step,
+            r["loss"],
+            r["lr"],
+            steps_per_s,
+            tokens_per_s,
+        )
+        writer = tf1.summary.FileWriterCache.get(self._model_dir)
+        writer.add_summary(
+            tf1.Summary(
+                value=[
+                    tf1.Summary.Value(tag="steps_per_sec", simple_value=steps_per_s),
+                    tf1.Summary.Value(tag="tokens_per_sec", simple_value=tokens_per_s),
+                ]
+            ),
+            step,
+        )
+        self._start = (now, step)
+        self._tokens = 0
+
+
+def session_config(hp: HParams) -> tf1.ConfigProto:
+    """Enough logical CPU devices for the mesh (when there is no GPU)."""
+    spec = meshlib.spec_from_hparams(hp)
+    return tf1.ConfigProto(
+        device_count={"CPU": meshlib.cpu_device_count(spec)},
+        allow_soft_placement=True,
+        isolate_session_state=True,
+    )
+
+
+@dataclasses.dataclass
+class TPUSettings:
+    """Where the TPU is and how many steps run on it between host round trips."""
+
+    tpu: str
+    tpu_topology: str = ""
+    iterations_per_loop: int = 100
+    zone: str | None = None
+    gcp_project: str | None = None
+
+
+def build_estimator(
+    model_dir: str,
+    hparams: HParams,
+    vocab_size: int,
+    train: TrainSettings | None = None,
+    tpu: TPUSettings | None = None,
+    params: dict[str, Any] | None = None,
+) -> tf.estimator.Estimator:
+    """An Estimator for the Bitransformer of `hparams` (see the module docstring).
+
+    Checkpoints are written by the model_fn's own saver hook (mesh-tf must copy sliced
+    variables back to their masters first), so the RunConfig's saver is switched off.
+    """
+    train = train or TrainSettings()
+    spec = meshlib.spec_from_hparams(hparams)
+    if tpu is not None:
+        if tpu.tpu_topology:
+            meshlib.check_tpu(spec, tpu.tpu_topology)
+        resolver = tf1.distribute.cluster_resolver.TPUClusterResolver(tpu.tpu, zone=tpu.zone, project=tpu.gcp_project)
+        config = tpu_config_lib.RunConfig(
+            cluster=resolver,
+            model_dir=model_dir,
+            save_checkpoints_steps=None,
+            save_checkpoints_secs=None,
+            log_step_count_steps=None,
+            save_summary_steps=train.log_every_steps,
+            tpu_config=tpu_config_lib.TPUConfig(
+                num_shards=spec.size,
+                iterations_per_loop=tpu.iterations_per_loop,
+                per_host_input_for_training=tpu_config_lib.InputPipelineConfig.BROADCAST,
+            ),
+        )
+        return tpu_estimator.TPUEstimator(
+            model_fn=make_model_fn(hparams, vocab_size, model_dir, train, use_tpu=True),
+            config=config,
+            use_tpu=True,
+            train_batch_size=hparams.batch_size,
+            eval_batch_size=hparams.batch_size,
+            predict_batch_size=hparams.batch_size,
+            params=dict(params or {}),
+        )
+    config = tf.estimator.RunConfig(
+        model_dir=model_dir,
+        save_checkpoints_steps=None,
+        save_checkpoints_secs=None,
+        log_step_count_steps=None,
+        save_summary_steps=train.log_every_steps,
+        keep_checkpoint_max=train.keep_checkpoint_max,
+        session_config=session_config(hparams),
+    )
+    return tf.estimator.Estimator(
+        model_fn=make_model_fn(hparams, vocab_size, model_dir, train),
+        config=config,
+        params=dict(params or {}),
+    )
+
+
+def variable_names(hparams: HParams, vocab_size: int) -> dict[str, list[int]]:
+    """Names and shapes of the model's variables (e.g. to compare with a T5 checkpoint)."""
+    hp = hparams.copy()
+    hp.mesh_shape = ""
+    with tf.Graph().as_default():
+        g = _Graph(hp, vocab_size, meshlib.placement_mesh_impl(meshlib.spec_from_hparams(hp), [""]))
+        batch = mtf.Dimension("batch", 1)
+        length = mtf.Dimension("length", 4)
+        ids = mtf.zeros(g.mesh, mtf.Shape([batch, length]), tf.int32)
+        g.logits({"inputs": ids}, ids, ModeKeys.EVAL, compute_loss=False)
+        return {v.name: v.shape.to_integer_list for v in g.graph.all_variables if not re.match(r"^stacked/", v.name)}

@@ -1,0 +1,114 @@
+"""Line-oriented text I/O for t2t-decode: `-` for stdin/stdout, escapes, atomic outputs.
+
+One record is one line. Text that itself holds newlines travels escaped (`\\n`), so
+the line count of an output file always equals the line count of its input.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+from collections.abc import Iterator
+from typing import TextIO
+
+from t2tcli.errors import UserError
+
+_UNESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\"}
+
+
+def escape(text: str) -> str:
+    """Makes `text` fit on one line: backslash, newline and carriage return are escaped."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def unescape(text: str) -> str:
+    """Inverse of `escape` (also `\\t`); a backslash before anything else stays as it is."""
+    if "\\" not in text:
+        return text
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text) and text[i + 1] in _UNESCAPES:
+            out.append(_UNESCAPES[text[i + 1]])
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def read_lines(path: str, flag: str) -> Iterator[str]:
+    """Lines of `path` (or stdin for '-') without their line ending, read lazily.
+
+    Only '\\n' ends a line (plus a '\\r' before it), so a stray '\\r' or form feed
+    inside a line never splits it and shifts every following output.
+    """
+    if path == "-":
+        stream: TextIO = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="strict", newline="\n")
+        yield from _lines(stream, "<stdin>", flag)
+        return
+    try:
+        f = open(path, encoding="utf-8", newline="\n")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        raise UserError(f"--{flag}={path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"--{flag}={path}: is a directory") from None
+    with f:
+        yield from _lines(f, path, flag)
+
+
+def _lines(stream: TextIO, name: str, flag: str) -> Iterator[str]:
+    number = 0
+    try:
+        for number, line in enumerate(stream, 1):  # noqa: B007 - used in the error below
+            if line.endswith("\n"):
+                line = line[:-1]
+                if line.endswith("\r"):
+                    line = line[:-1]
+            yield line
+    except UnicodeDecodeError as exc:
+        raise UserError(f"--{flag}: {name}:{number + 1}: not UTF-8 ({exc.reason})") from None
+
+
+def count_lines(path: str) -> int | None:
+    """Number of lines of a file (None for stdin), for the progress bar's total."""
+    if path == "-":
+        return None
+    n = 0
+    last = b"\n"
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+    return n + (last != b"\n")
+
+
+@contextlib.contextmanager
+def atomic_output(path: str, flag: str) -> Iterator[TextIO]:
+    """A text stream for `path` that appears under its name only once complete.
+
+    Writes go to a temporary name in the same directory and are renamed on success;
+    on failure the temporary file is removed, so a complete-looking output is always
+    complete. '-' is stdout, flushed line by line by the caller.
+    """
+    if path == "-":
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UserError(f"--{flag}={path}: directory {directory} does not exist")
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
+    f = open(tmp, "w", encoding="utf-8", newline="\n")  # noqa: SIM115 - closed below
+    try:
+        yield f
+        f.close()
+        os.replace(tmp, path)
+    except BaseException:
+        f.close()
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise

@@ -1,0 +1,92 @@
+"""t2t-decode on a trained toy model: alignment, pipes, scoring, greedy vs beam."""
+
+from __future__ import annotations
+
+import pytest
+from toy_model import toy_model  # noqa: F401  (session fixture)
+
+
+def test_stdin_stdout_alignment_with_empty_lines(binary, toy_model):  # noqa: F811
+    lines = ["a b c", "", "d e f g h", "   ", "j", "a b\\nc d", ""]
+    proc = binary(
+        "t2t-decode",
+        f"--model_dir={toy_model['model_dir']}",
+        "--decode_from_file=-",
+        "--decode_to_file=-",
+        "--decode_hparams=batch_size=4",
+        stdin="\n".join(lines) + "\n",
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.split("\n")
+    assert out[-1] == "" and len(out) - 1 == len(lines), proc.stdout
+    out = out[:-1]
+    assert [o == "" for o in out] == [not line.strip() for line in lines]
+    assert out[0] == "a b c" and out[2] == "d e f g h" and out[4] == "j"
+    assert "\n" not in out[5]
+    assert "(step 400)" in proc.stderr
+    assert "sentences/s" in proc.stderr and "tokens/s" in proc.stderr
+
+
+def test_file_to_file_and_scores(binary, toy_model, tmp_path):  # noqa: F811
+    src = tmp_path / "in.txt"
+    src.write_text("b c d\n\ne e a\n")
+    dst = tmp_path / "out.txt"
+    proc = binary(
+        "t2t-decode",
+        f"--model_dir={toy_model['model_dir']}",
+        f"--decode_from_file={src}",
+        f"--decode_to_file={dst}",
+        "--decode_hparams=beam_size=2,batch_size=2",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert dst.read_text() == "b c d\n\ne e a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt"]
+
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a b c\ta b c\na b c\tj j j j j j\n\n")
+    proc = binary("t2t-decode", f"--model_dir={toy_model['model_dir']}", f"--score_file={pairs}", "--decode_to_file=-")
+    assert proc.returncode == 0, proc.stderr
+    right, wrong, empty = proc.stdout.split("\n")[:3]
+    assert empty == ""
+    assert float(wrong) < float(right) <= 0.0
+
+
+def test_bad_input_is_one_line_error(binary, toy_model, tmp_path):  # noqa: F811
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a\tb\nno tab here\n")
+    out = tmp_path / "scores.txt"
+    proc = binary(
+        "t2t-decode", f"--model_dir={toy_model['model_dir']}", f"--score_file={pairs}", f"--decode_to_file={out}"
+    )
+    assert proc.returncode == 1
+    assert f"error: {pairs}:2: expected 'input<TAB>target'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+    proc = binary("t2t-decode", f"--model_dir={tmp_path}", "--decode_from_file=-")
+    assert proc.returncode == 1 and "is --model_dir" in proc.stderr
+
+
+def test_beam_scores_at_least_greedy(toy_model):  # noqa: F811
+    from t2tcli import decoding, loading
+    from t2tcli.checkpoints import resolve
+
+    model = loading.load(toy_model["model_dir"])
+    _, path = resolve(toy_model["model_dir"], None)
+    lines = ["a b c d e", "j i h g", "a a a b b b", "c", "e d c b a j i h g f"]
+    rows = [decoding.Row(i, decoding.fit(model.vocab.encode(x), 32)[0]) for i, x in enumerate(lines)]
+    scores = {}
+    for beam in (1, 4):
+        decode = {"beam_size": beam, "alpha": 0.0, "temperature": 0.0, "top_k": 0, "max_decode_length": 0}
+        estimator = loading.build_estimator(model, decode)
+        results = decoding.predict_rows(rows, loading.estimator_predict(estimator, path), 4, 32)
+        scores[beam] = [float(r["scores"]) for r in results]
+    for greedy, beam in zip(scores[1], scores[4], strict=True):
+        assert beam >= greedy - 1e-4
+    assert all(s <= 0 for s in scores[4])
+
+
+@pytest.mark.parametrize("flag", ["--decode_hparams=beam_size=0", "--decode_hparams=beam=4"])
+def test_bad_decode_hparams(binary, toy_model, flag):  # noqa: F811
+    proc = binary("t2t-decode", f"--model_dir={toy_model['model_dir']}", "--decode_from_file=-", flag, stdin="a\n")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "beam" in proc.stderr.splitlines()[-1]

@@ -1,0 +1,196 @@
+"""The decode pipeline with a fake model: alignment, order, escapes, truncation, scoring."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from t2tcli import decoding, textio
+from t2tcli.errors import UserError
+from t2tcli.vocab import EOS_ID, PAD_ID
+
+
+def char_encode(text: str) -> list[int]:
+    return [ord(c) for c in text]
+
+
+def char_decode(ids: list[int]) -> str:
+    out = []
+    for i in ids:
+        if i == EOS_ID:
+            break
+        if i != PAD_ID:
+            out.append(chr(i))
+    return "".join(out)
+
+
+class ReversingModel:
+    """Outputs each input reversed; scores = -(number of target tokens)."""
+
+    def __init__(self, max_decode_length: int = 40) -> None:
+        self.max_decode_length = max_decode_length
+        self.batches: list[dict[str, np.ndarray]] = []
+
+    def __call__(self, batches, shapes):
+        for features in batches():
+            assert features["inputs"].shape == shapes["inputs"]
+            assert features["inputs"].dtype == np.int32
+            self.batches.append(features)
+            for b in range(features["inputs"].shape[0]):
+                ids = [int(i) for i in features["inputs"][b] if i not in (PAD_ID, EOS_ID)]
+                out = np.zeros(self.max_decode_length, np.int32)
+                rev = ids[::-1][: self.max_decode_length - 1] + [EOS_ID]
+                out[: len(rev)] = rev
+                score = -float(np.count_nonzero(features["targets"][b])) if "targets" in features else -len(ids)
+                yield {"outputs": out, "scores": np.float32(score)}
+
+
+def job(**kw) -> decoding.Job:
+    args = dict(encode=char_encode, decode=char_decode, inputs_length=16, targets_length=8, batch_size=3)
+    args.update(kw)
+    return decoding.Job(**args)
+
+
+def test_one_output_per_input_in_order_with_empty_lines():
+    lines = ["abc", "", "hello world", "   ", "x", "longer line here", "", "zz"]
+    out = io.StringIO()
+    model = ReversingModel()
+    stats = decoding.run(lines, out, job(), model)
+    assert out.getvalue().split("\n")[:-1] == ["cba", "", "dlrow olleh", "", "x", "reh enil regnol", "", "zz"]
+    assert stats.lines == 8 and stats.empty == 3
+    assert stats.output_tokens == 3 + 11 + 1 + 16 + 2 - 1  # the 16-char line is cut to 15 tokens + EOS
+    # 5 non-empty lines in batches of 3: 2 batches, sorted longest first, last one padded.
+    assert len(model.batches) == 2
+    first = [char_decode(list(r)) for r in model.batches[0]["inputs"]]
+    assert first == ["longer line her", "hello world", "abc"]
+
+
+def test_newlines_travel_escaped():
+    out = io.StringIO()
+    decoding.run(["ab\\ncd", "back\\\\slash"], out, job(), ReversingModel())
+    assert out.getvalue() == "dc\\nba\nhsals\\\\kcab\n"
+
+
+def test_escape_round_trip():
+    for text in ["plain", "two\nlines", "tab\there", "back\\n slash", "\r\n", ""]:
+        assert textio.unescape(textio.escape(text)) == text
+        assert "\n" not in textio.escape(text)
+    assert textio.unescape("C:\\path") == "C:\\path"
+
+
+def test_truncation_is_counted_and_warned(caplog):
+    lines = ["a" * 30, "b" * 5, "c" * 16]
+    out = io.StringIO()
+    with caplog.at_level("WARNING"):
+        stats = decoding.run(lines, out, job(inputs_length=10), ReversingModel())
+    assert stats.truncated_inputs == 2
+    assert out.getvalue().split("\n")[:-1] == ["a" * 9, "b" * 5, "c" * 9]
+    assert "input:1: input of 31 tokens truncated to 10" in caplog.text
+    assert "2 of 3 inputs were longer than 10 tokens" in caplog.text
+
+
+def test_format_input_errors_name_the_line():
+    def fmt(line: str) -> str:
+        if "\t" not in line:
+            raise UserError("expected question1<TAB>question2")
+        return "pair: " + line.replace("\t", " | ")
+
+    out = io.StringIO()
+    decoding.run(["q1\tq2"], out, job(format_input=fmt, inputs_length=40), ReversingModel())
+    assert out.getvalue() == "2q | 1q :riap\n"
+    with pytest.raises(UserError, match=r"in.txt:2: expected question1<TAB>question2"):
+        decoding.run(["a\tb", "no tab"], io.StringIO(), job(format_input=fmt, source_name="in.txt"), ReversingModel())
+
+
+def test_scoring_reads_pairs_and_keeps_empty_lines():
+    out = io.StringIO()
+    model = ReversingModel()
+    decoding.run(["in\tabc", "", "a\tb\tlonger"], out, job(), model, scoring=True)
+    assert out.getvalue().split("\n")[:-1] == ["-4", "", "-7"]  # target tokens + EOS
+    assert "targets" in model.batches[0]
+    with pytest.raises(UserError, match="input:1: expected 'input<TAB>target'"):
+        decoding.run(["no target"], io.StringIO(), job(), ReversingModel(), scoring=True)
+
+
+def test_many_lines_across_sort_windows(monkeypatch):
+    monkeypatch.setattr(decoding, "SORT_WINDOW_BATCHES", 2)
+    rng = np.random.default_rng(0)
+    lines = ["".join(chr(97 + int(c)) for c in rng.integers(0, 26, rng.integers(0, 12))) for _ in range(200)]
+    out = io.StringIO()
+    seen = []
+    decoding.run(lines, out, job(batch_size=7), ReversingModel(), progress=seen.append)
+    assert out.getvalue().split("\n")[:-1] == [line[::-1] for line in lines]
+    assert sum(seen) == 200
+
+
+def test_model_returning_too_few_rows_is_an_error():
+    def short_model(batches, shapes):
+        for features in batches():
+            yield {"outputs": features["inputs"][0], "scores": 0.0}
+
+    with pytest.raises(RuntimeError, match="fewer rows"):
+        decoding.run(["a", "b"], io.StringIO(), job(), short_model)
+
+
+def test_decode_hparams_validation():
+    hp = decoding.parse_decode_hparams("beam_size=4,alpha=0.6,batch_size=8")
+    assert (hp.beam_size, hp.alpha, hp.batch_size, hp.temperature) == (4, 0.6, 8, 0.0)
+    with pytest.raises(UserError, match="unknown hparam 'beam'"):
+        decoding.parse_decode_hparams("beam=4")
+    with pytest.raises(UserError, match="does not sample"):
+        decoding.parse_decode_hparams("beam_size=4,temperature=1.0")
+
+
+def test_read_lines_stdin_and_crlf(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a\r\n\nb\x0cc\nlast")))
+    assert list(textio.read_lines("-", "decode_from_file")) == ["a", "", "b\x0cc", "last"]
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"x\n\ny\n")
+    assert list(textio.read_lines(str(path), "f")) == ["x", "", "y"]
+    assert textio.count_lines(str(path)) == 3
+    with pytest.raises(UserError, match="--f=.*missing.txt: no such file"):
+        list(textio.read_lines(str(tmp_path / "missing.txt"), "f"))
+
+
+def test_atomic_output_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "out.txt"
+    with pytest.raises(RuntimeError):
+        with textio.atomic_output(str(target), "decode_to_file") as f:
+            f.write("partial\n")
+            raise RuntimeError("boom")
+    assert os.listdir(tmp_path) == []
+    with textio.atomic_output(str(target), "decode_to_file") as f:
+        f.write("done\n")
+    assert target.read_text() == "done\n"
+
+
+def test_lines_are_formatted_as_the_problem_formats_them():
+    from t2tcli import registry
+
+    problem = registry.problem("qp_is_duplicate")
+    model = ReversingModel(max_decode_length=200)
+    out = io.StringIO()
+    fmt = decoding.input_formatter(problem, raw=False)
+    decoding.run(["How old are you?\tWhat is your age?", ""], out, job(format_input=fmt, inputs_length=200), model)
+    fed = char_decode(list(model.batches[0]["inputs"][0]))
+    assert fed == problem.format_input("How old are you?\tWhat is your age?")
+    assert fed.startswith("is duplicate: ") and " <SEP> " in fed
+    with pytest.raises(UserError, match=r"input:1: expected 'question1<TAB>question2'"):
+        decoding.run(["just one question"], io.StringIO(), job(format_input=fmt), ReversingModel())
+    raw = decoding.input_formatter(problem, raw=True)
+    assert raw("is duplicate: a <SEP> b") == "is duplicate: a <SEP> b"
+    with pytest.raises(UserError, match="'qp_all' is a mixture: pass --problem=<one of qp_is_duplicate"):
+        decoding.input_formatter(registry.problem("qp_all"), raw=False)
+
+
+def test_scan_lengths_sizes_static_shapes_to_the_file():
+    lines = ["abc", "", "abcdefg\tx", "a\\nb"]
+    assert decoding.scan_lengths(lines, job(), scoring=False) == (10, 1)
+    assert decoding.scan_lengths(["ab\tcdef", "abcd\tx"], job(), scoring=True) == (5, 5)
+    assert [decoding.bucket(n) for n in (1, 16, 17, 40)] == [16, 16, 32, 48]
+    with pytest.raises(UserError, match="input:2: expected 'input<TAB>target'"):
+        decoding.scan_lengths(["a\tb", "c"], job(), scoring=True)

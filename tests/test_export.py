@@ -1,0 +1,52 @@
+"""t2t-export round trip: load the SavedModel in a fresh process and decode strings."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from toy_model import toy_model  # noqa: F401  (session fixture)
+
+LOADER = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # registers the SentencePiece ops the signature uses
+
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+out = serve(inputs=tf.constant(["a b c", "j i h g", ""]))
+result = {"outputs": [x.decode() for x in out["outputs"].numpy()], "scores": out["scores"].numpy().tolist()}
+try:
+    serve(inputs=tf.constant(["a"] * 5))
+    result["too_many"] = "accepted"
+except tf.errors.InvalidArgumentError as exc:
+    result["too_many"] = str(exc)
+print(json.dumps(result))
+"""
+
+
+def test_export_round_trip(binary, toy_model, tmp_path):  # noqa: F811
+    export_dir = tmp_path / "export"
+    proc = binary(
+        "t2t-export",
+        f"--model_dir={toy_model['model_dir']}",
+        f"--export_dir={export_dir}",
+        "--decode_hparams=batch_size=4,beam_size=2",
+    )
+    assert proc.returncode == 0, proc.stderr
+    path = proc.stdout.strip().splitlines()[-1]
+    assert os.path.dirname(path) == str(export_dir) and os.path.basename(path).isdigit()
+    info = json.load(open(os.path.join(path, "t2t_export.json")))
+    assert info["decode"]["beam_size"] == 2 and info["batch_size"] == 4
+
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    loaded = subprocess.run(
+        [sys.executable, "-c", LOADER, path], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path
+    )
+    assert loaded.returncode == 0, loaded.stderr
+    result = json.loads(loaded.stdout.strip().splitlines()[-1])
+    assert result["outputs"][:2] == ["a b c", "j i h g"]
+    assert len(result["outputs"]) == 3 and len(result["scores"]) == 3
+    assert all(s <= 0 for s in result["scores"])
+    assert "at most 4 strings" in result["too_many"]

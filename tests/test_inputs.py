@@ -1,0 +1,100 @@
+"""The input pipeline: EOS and truncation, packing, static shapes, mixtures."""
+
+from __future__ import annotations
+
+import pytest
+from test_train_data import MIXTURE, PROBLEMS, make_data_dir
+
+from t2tcli import inputs, registry
+from t2tcli.compat import tf
+from t2tcli.errors import UserError
+
+
+def tiny(**overrides):
+    hp = registry.hparams("mtf_transformer_tiny")
+    hp.override_from_dict(overrides)
+    return hp
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_data_dir(str(tmp_path_factory.mktemp("inputs")), train_rows=200, dev_rows=20)[0]
+
+
+@pytest.mark.parametrize(
+    "ids, length, expected",
+    [
+        ([5, 6, 1], 8, [5, 6, 1]),
+        ([5, 6], 8, [5, 6, 1]),
+        ([5, 6, 7, 8, 9, 1], 4, [5, 6, 7, 1]),
+        ([], 4, [1]),
+    ],
+)
+def test_fit_ends_in_one_eos_and_truncates(ids, length, expected):
+    assert inputs._fit(tf.constant(ids, tf.int32), length).numpy().tolist() == expected
+
+
+def _segments(row, seg):
+    return [row[seg == s].tolist() for s in range(1, seg.max() + 1)]
+
+
+def test_packed_batches_have_static_shapes_and_recover_the_examples(data):
+    hp = tiny(inputs_length=16, targets_length=16, batch_size=4)
+    ds = inputs.input_fn(data, PROBLEMS[1], "dev", hp, training=False, pack=True)()
+    batch = next(iter(ds))
+    for key in ("inputs", "targets"):
+        for suffix in ("", "_segmentation", "_position"):
+            assert batch[key + suffix].shape == (4, 16), key + suffix
+    b = {k: v.numpy() for k, v in batch.items()}
+    assert (b["inputs_segmentation"].max(axis=1) > 1).any(), "several examples share a row"
+    for i in range(4):
+        ins = _segments(b["inputs"][i], b["inputs_segmentation"][i])
+        outs = _segments(b["targets"][i], b["targets_segmentation"][i])
+        assert len(ins) == len(outs)
+        for x, y in zip(ins, outs, strict=True):
+            assert x[-1] == y[-1] == 1 and y[:-1] == x[:-1][::-1]
+        pos = b["inputs_position"][i][b["inputs_segmentation"][i] == 1]
+        assert pos.tolist() == list(range(len(pos)))
+
+
+def test_unpacked_eval_batches_are_padded_and_truncated(data):
+    hp = tiny(inputs_length=6, targets_length=6, batch_size=5)
+    batches = list(inputs.input_fn(data, PROBLEMS[0], "dev", hp, training=False)().as_numpy_iterator())
+    assert len(batches) == 4  # 20 dev rows, static batch of 5
+    for b in batches:
+        assert set(b) == {"inputs", "targets"} and b["inputs"].shape == (5, 6)
+        for row in b["targets"]:
+            assert (row == 1).sum() == 1
+    counts = inputs.count_truncated(data, PROBLEMS[0], "dev", hp)
+    assert counts["examples"] == 20 and 0 < counts["inputs"] == counts["targets"] < 20
+
+
+def test_training_input_repeats_and_shuffles(data):
+    hp = tiny(batch_size=8)
+    ds = inputs.input_fn(data, PROBLEMS[0], "train", hp, training=True, seed=1)()
+    rows = [b["inputs"] for b, _ in zip(ds.as_numpy_iterator(), range(40), strict=False)]
+    assert len(rows) == 40 and rows[0].shape == (8, 32)  # more than one pass over 200 rows
+
+
+def test_mixture_samples_all_components(data):
+    hp = tiny(inputs_length=16, targets_length=16, batch_size=64, pack=False)
+    b = next(inputs.input_fn(data, MIXTURE, "train", hp, training=True, pack=False, seed=0)().as_numpy_iterator())
+    copies = reverses = 0
+    for x, y in zip(b["inputs"], b["targets"], strict=True):
+        x, y = x[x > 1].tolist(), y[y > 1].tolist()
+        if x == y and x != x[::-1]:
+            copies += 1
+        elif y == x[::-1] and x != y:
+            reverses += 1
+    assert copies > 10 and reverses > 10
+
+
+def test_batch_size_in_tokens():
+    assert inputs.batch_size(tiny(batch_size=1024, batch_size_unit="tokens")) == 32
+    with pytest.raises(UserError, match="batch_size_unit"):
+        inputs.batch_size(tiny(batch_size_unit="bytes"))
+
+
+def test_missing_split_is_a_clear_error(data):
+    with pytest.raises(UserError, match="no 'test' data"):
+        inputs.input_fn(data, PROBLEMS[0], "test", tiny(), training=False)()

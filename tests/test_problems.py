@@ -1,0 +1,119 @@
+"""Built-in problems: Quora pairs, the mixture, translation, TFDS-backed QQP."""
+
+from __future__ import annotations
+
+import csv
+import sys
+
+import pandas as pd
+import pytest
+import tensorflow_datasets as tfds
+from test_datagen import read_examples, run, write_quora
+
+from t2tcli import registry
+from t2tcli.errors import UserError
+from t2tcli.problem import data_files, read_meta
+from t2tcli.vocab import Vocabulary
+
+
+def test_qp_inputs_are_normalised_and_format_input_matches_training():
+    problem = registry.problem("qp_is_duplicate")
+    record = {"question1": ' What is "Python"?\nReally ', "question2": "“Why” LEARN it?", "is_duplicate": "1"}
+    expected = "is duplicate: what is python? really <SEP> why learn it?"
+    assert problem.preprocess(record) == {"inputs": expected, "targets": "1"}
+    assert problem.format_input(' What is "Python"?\nReally \t“Why” LEARN it?\n') == expected
+    with pytest.raises(UserError, match="question1<TAB>question2"):
+        problem.format_input("no tab here")
+    assert problem.metrics == ("accuracy", "f1")
+
+
+@pytest.mark.parametrize("extra", ["", "with\0nul"])
+def test_column_normalisation_equals_row_normalisation(extra):
+    quora = sys.modules[type(registry.problem("qp_is_duplicate")).__module__]
+    normalize_question, normalize_questions = quora.normalize_question, quora.normalize_questions
+    texts = ["ΟΔΟΣ Σ", ' "Quoted"\r\nTwo  lines ', "“Curly” İstanbul", "", "  ", "ÀÉÎ ǅ ß", extra]
+    assert normalize_questions(texts) == list(map(normalize_question, texts))
+    assert normalize_questions([]) == []
+
+
+def test_qp_column_wise_preprocess_equals_row_wise():
+    problem = registry.problem("qp_is_duplicate")
+    frame = pd.DataFrame(
+        {"question1": ["A b?", ' "x"  y '], "question2": ["C\nd", "é"], "is_duplicate": ["0", "1"]}, dtype=object
+    )
+    rows = [problem.preprocess(r) for r in frame.to_dict("records")]
+    assert problem.preprocess_frame(frame) == ([r["inputs"] for r in rows], [r["targets"] for r in rows])
+    with pytest.raises(UserError, match="is_duplicate must be 0 or 1, got 'yes'"):
+        problem.preprocess_frame(frame.assign(is_duplicate=["0", "yes"]))
+
+
+def test_qp_all_generates_both_tasks_with_one_vocabulary(tmp_path):
+    raw = write_quora(tmp_path / "raw", rows=300)
+    summary = run("qp_all", tmp_path / "out", raw)
+    assert [line.split(":")[0] for line in summary] == ["qp_is_duplicate", "generate_similar_question"]
+    assert sorted(p.name for p in (tmp_path / "out").glob("vocab.*")) == ["vocab.qp.model", "vocab.qp.vocab"]
+    vocab = Vocabulary(str(tmp_path / "out" / "vocab.qp.model"))
+    assert vocab._sp.piece_to_id("<SEP>") in vocab.encode("what <SEP> why")  # a user-defined symbol: one piece
+
+    duplicate = read_meta(str(tmp_path / "out"), "qp_is_duplicate")
+    similar = read_meta(str(tmp_path / "out"), "generate_similar_question")
+    assert duplicate["vocab_file"] == similar["vocab_file"] == "vocab.qp.model"
+    assert duplicate["splits"]["test"]["examples"] == 20 and "test" not in similar["splits"]
+    # Same row keys, same hash: both tasks hold out the same question pairs for dev.
+    assert (
+        similar["filtered"] == 150
+        and similar["splits"]["train"]["examples"] + similar["splits"]["dev"]["examples"] == 150
+    )
+
+    labels = {vocab.decode(t) for _, t in read_examples(data_files(str(tmp_path / "out"), "qp_is_duplicate", "train"))}
+    assert labels == {"0", "1"}
+    test_targets = {
+        vocab.decode(t) for _, t in read_examples(data_files(str(tmp_path / "out"), "qp_is_duplicate", "test"))
+    }
+    assert test_targets == {""}  # unlabeled
+    for inputs, targets in read_examples(data_files(str(tmp_path / "out"), "generate_similar_question", "dev")):
+        question = vocab.decode(inputs).removeprefix("paraphrase: ")
+        assert vocab.decode(targets).startswith(question.rstrip("?"))  # q2 is q1, shouted, plus its id
+
+    again = run("qp_all", tmp_path / "out", raw)
+    assert all("complete, skipped" in line for line in again)
+
+
+def test_translate_en_es_reads_tmp_dir(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    with open(raw / "translate_en_es.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "book", "chapter", "verse", "english", "spanish"])
+        for i in range(200):
+            writer.writerow([i, "Gen", 1, i, f"In the beginning, verse {i}.", f"En el principio, versículo {i}."])
+    summary = run("translate_en_es", tmp_path / "out", raw)
+    assert summary[0].startswith("translate_en_es: 200 rows -> train ")
+    vocab = Vocabulary(str(tmp_path / "out" / "vocab.translate_en_es.model"))
+    for inputs, targets in read_examples(data_files(str(tmp_path / "out"), "translate_en_es", "dev")):
+        english = vocab.decode(inputs)
+        assert english.startswith("translate English to Spanish: In the beginning, verse ")
+        assert vocab.decode(targets) == f"En el principio, versículo {english.split()[-1][:-1]}."
+    assert registry.problem("translate_en_es").metrics == ("bleu",)
+
+
+def test_translate_falls_back_to_shipped_data():
+    source = registry.problem("translate_en_es").source(None)
+    assert source.path.endswith("examples/data/translate_en_es.csv")
+    assert registry.problem("qp_is_duplicate").source(None)["train"].path.endswith("examples/data/quora/train.csv")
+
+
+def test_glue_qqp_from_mocked_tfds(tmp_path):
+    with tfds.testing.mock_data(num_examples=30):
+        summary = run("glue_qqp", tmp_path / "out", tfds_data_dir=str(tmp_path / "tfds"))
+    assert summary[0].startswith("glue_qqp: 90 rows -> train 30, dev 30, test 30")
+    vocab = Vocabulary(str(tmp_path / "out" / "vocab.glue_qqp.model"))
+    inputs, _ = read_examples(data_files(str(tmp_path / "out"), "glue_qqp", "dev"))[0]
+    assert vocab.decode(inputs).startswith("is duplicate: ") and " <SEP> " in vocab.decode(inputs)
+
+
+def test_glue_qqp_unprepared_says_how_to_prepare(tmp_path):
+    with pytest.raises(UserError) as info:
+        run("glue_qqp", tmp_path / "out", tfds_data_dir=str(tmp_path / "tfds"))
+    message = str(info.value)
+    assert "glue/qqp:2.0.0' is not prepared in" in message and "tfds build glue/qqp" in message

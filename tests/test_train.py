@@ -1,0 +1,190 @@
+"""t2t-train end to end, as a user runs it: run record, logging, resume, fine-tuning."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import REPO, run_binary
+from test_train_data import PROBLEMS, make_data_dir
+
+from t2tcli.compat import tf
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_data_dir(str(tmp_path_factory.mktemp("train")), train_rows=5000, dev_rows=32)
+
+
+def train(data, model_dir, *extra, problem=PROBLEMS[0], steps=30, check=True):
+    data_dir, usr_dir = data
+    return run_binary(
+        "t2t-train",
+        f"--usr_dir={usr_dir}",
+        f"--problem={problem}",
+        "--hparams_set=mtf_transformer_tiny",
+        f"--data_dir={data_dir}",
+        f"--model_dir={model_dir}",
+        f"--train_steps={steps}",
+        "--log_every_steps=10",
+        *extra,
+        check=check,
+    )
+
+
+def logged_losses(text):
+    return {
+        int(s): float(v)
+        for s, v in re.findall(r"step (\d+)  loss ([\d.]+)  lr \S+  [\d.]+ steps/s  \d+ tokens/s", text)
+    }
+
+
+@pytest.fixture(scope="module")
+def copy_run(data, tmp_path_factory):
+    model_dir = str(tmp_path_factory.mktemp("copy_run"))
+    proc = train(data, model_dir, steps=40)
+    return model_dir, proc
+
+
+def test_train_records_the_run_and_logs_progress(copy_run):
+    model_dir, proc = copy_run
+    losses = logged_losses(proc.stderr)
+    assert sorted(losses) == [10, 20, 30, 40], proc.stderr[-2000:]
+    assert losses[40] < losses[10]
+    with open(os.path.join(model_dir, "run.json")) as f:
+        run = json.load(f)
+    assert run["problem"] == PROBLEMS[0] and run["hparams_set"] == "mtf_transformer_tiny"
+    assert run["flags"]["train_steps"] == 40
+    with open(os.path.join(model_dir, "hparams.json")) as f:
+        assert json.load(f)["d_model"] == 64
+    assert os.path.exists(os.path.join(model_dir, "vocab.model"))
+    assert tf.train.latest_checkpoint(model_dir).endswith("model.ckpt-40")
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(model_dir))
+
+
+def test_finished_run_relaunched_does_nothing(data, copy_run):
+    model_dir, _ = copy_run
+    proc = train(data, model_dir, steps=40)
+    assert "already trained to step 40" in proc.stdout
+    assert not logged_losses(proc.stderr)
+
+
+def test_fine_tune_from_a_checkpoint_of_another_problem(data, copy_run, tmp_path):
+    source, _ = copy_run
+    target = str(tmp_path / "reverse")
+    train(data, target, f"--init_checkpoint={source}", problem=PROBLEMS[1], steps=10)
+    start = tf.train.load_checkpoint(os.path.join(target, "model.ckpt-0"))
+    done = tf.train.load_checkpoint(tf.train.latest_checkpoint(source))
+    for name in ("shared/embedding", "decoder/block_001/layer_002/DenseReluDense/wo/kernel"):
+        np.testing.assert_array_equal(start.get_tensor(name), done.get_tensor(name))
+    assert start.get_tensor("global_step") == 0
+
+
+def test_init_checkpoint_that_does_not_fit_lists_the_mismatches(data, copy_run, tmp_path):
+    source, _ = copy_run
+    proc = train(data, str(tmp_path / "wide"), f"--init_checkpoint={source}", "--hparams=d_ff=128", check=False)
+    assert proc.returncode == 1
+    assert "does not fit the model" in proc.stderr and "model [64, 128] vs checkpoint [64, 256]" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--hparams=d_fff=3"], "unknown hparam 'd_fff'; did you mean 'd_ff'?"),
+        (["--mesh_shape=model:2", "--layout=heads:modle"], "names mesh dimension 'modle'"),
+    ],
+)
+def test_bad_flags_fail_in_one_line(data, tmp_path, args, message):
+    proc = train(data, str(tmp_path / "bad"), *args, check=False)
+    assert proc.returncode == 1 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert not os.path.exists(tmp_path / "bad" / "checkpoint")
+
+
+def test_float32_activations_train(data, tmp_path):
+    proc = train(data, str(tmp_path / "fp32"), "--hparams=activation_dtype=float32", steps=30)
+    losses = logged_losses(proc.stderr)
+    assert losses[30] < losses[10]
+
+
+def test_killed_run_resumes_from_its_last_checkpoint(data, tmp_path):
+    data_dir, usr_dir = data
+    model_dir = str(tmp_path / "killed")
+    args = [
+        sys.executable,
+        str(REPO / "bin" / "t2t-train"),
+        f"--usr_dir={usr_dir}",
+        f"--problem={PROBLEMS[0]}",
+        "--hparams_set=mtf_transformer_tiny",
+        f"--data_dir={data_dir}",
+        f"--model_dir={model_dir}",
+        "--train_steps=100000",
+        "--save_checkpoints_steps=10",
+    ]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and not os.path.exists(os.path.join(model_dir, "model.ckpt-20.index")):
+            time.sleep(0.5)
+        assert os.path.exists(os.path.join(model_dir, "model.ckpt-20.index")), "no checkpoint within 5 minutes"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    killed_at = int(tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir)).get_tensor("global_step"))
+    assert killed_at >= 20
+    resumed = train(data, model_dir, "--save_checkpoints_steps=10", steps=killed_at + 10)
+    assert f"resuming {model_dir} from step {killed_at}" in resumed.stderr
+    assert all(step > killed_at for step in logged_losses(resumed.stderr))
+    assert tf.train.latest_checkpoint(model_dir).endswith(f"model.ckpt-{killed_at + 10}")
+
+
+@pytest.mark.slow
+def test_tiny_model_learns_the_toy_problem(data, tmp_path):
+    """>= 95% token accuracy of greedy decodes of reversed sequences on the dev split."""
+    from t2tcli import inputs, model, run_info
+
+    data_dir, _ = data
+    problem = PROBLEMS[1]
+    model_dir = str(tmp_path / problem)
+    train(data, model_dir, "--save_checkpoints_steps=2000", problem=problem, steps=1000)
+    _, hp, _ = run_info.load(model_dir)
+    dev = inputs.input_fn(data_dir, problem, "dev", hp, training=False)
+    targets = np.concatenate([b["targets"] for b in dev().as_numpy_iterator()])
+    est = model.build_estimator(model_dir, hp, 40)
+    outputs = np.stack(
+        [p["outputs"] for p in est.predict(lambda params=None: dev().map(lambda b: {"inputs": b["inputs"]}))]
+    )
+    mask = targets > 0
+    accuracy = ((outputs == targets) & mask).sum() / mask.sum()
+    assert accuracy >= 0.95, accuracy
+
+
+@pytest.mark.slow
+def test_loss_falls_on_the_shipped_translation_data(tmp_path):
+    data_dir, model_dir = str(tmp_path / "data"), str(tmp_path / "model")
+    run_binary("t2t-datagen", "--problem=translate_en_es", f"--data_dir={data_dir}", check=True)
+    proc = run_binary(
+        "t2t-train",
+        "--problem=translate_en_es",
+        "--hparams_set=mtf_transformer_tiny",
+        "--hparams=inputs_length=64,targets_length=64",
+        f"--data_dir={data_dir}",
+        f"--model_dir={model_dir}",
+        "--train_steps=100",
+        "--log_every_steps=10",
+        "--schedule=train_and_evaluate",
+        "--eval_every_steps=50",
+        "--eval_steps=4",
+        check=True,
+    )
+    losses = logged_losses(proc.stderr)
+    assert losses[100] < 0.8 * losses[10], losses
+    dev = [float(x) for x in re.findall(r"dev loss ([\d.]+)  perplexity", proc.stderr)]
+    assert len(dev) == 2 and dev[1] < dev[0]
