@@ -16,10 +16,18 @@ class UserError(Exception):
 
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str:
-    """Returns "; did you mean 'x'?" (or '' when nothing is close) for error messages."""
-    close = difflib.get_close_matches(word, sorted(set(candidates)), n=3, cutoff=0.6)
-    if not close:
+    """Returns "; did you mean 'x'?" (or '' when nothing is close) for error messages.
+
+    Only the best match is named, unless others are just as close (then up to three).
+    """
+    scored = sorted(
+        ((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in set(candidates)),
+        key=lambda item: (-item[0], item[1]),
+    )
+    scored = [(score, c) for score, c in scored if score >= 0.6]
+    if not scored:
         return ""
+    close = [c for score, c in scored[:3] if score >= scored[0][0] - 0.02]
     if len(close) == 1:
         return f"; did you mean '{close[0]}'?"
     return "; did you mean one of " + ", ".join(f"'{c}'" for c in close) + "?"

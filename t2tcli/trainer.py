@@ -22,6 +22,7 @@ from t2tcli import problem as problem_lib
 from t2tcli.compat import tf
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
+from t2tcli.vocab import Vocabulary
 
 SCHEDULES = ("train", "train_and_evaluate")
 
@@ -65,7 +66,7 @@ def resolve_hparams(cfg: TrainConfig) -> HParams:
 
 
 def vocabulary(data_dir: str, problem_name: str) -> tuple[str, int]:
-    """(vocabulary path, vocabulary size) from the meta file of the problem (or its first component)."""
+    """(vocabulary path, vocabulary size) of the problem (or of its first component)."""
     components = registry.problem(problem_name).components()
     meta = problem_lib.read_meta(data_dir, components[0][0].name)
     if "vocab_file" in meta:
@@ -74,9 +75,9 @@ def vocabulary(data_dir: str, problem_name: str) -> tuple[str, int]:
         path = problem_lib.vocab_path(data_dir, components[0][0].vocab.name)
     if not os.path.exists(path):
         raise UserError(f"vocabulary {path} not found; run t2t-datagen --problem={problem_name} --data_dir={data_dir}")
-    if "vocab_size" not in meta:
-        raise UserError(f"{problem_lib.meta_path(data_dir, components[0][0].name)} has no vocab_size")
-    return path, int(meta["vocab_size"])
+    # The size comes from the vocabulary itself, as eval and decode (which have only the
+    # copy in model_dir) compute it.
+    return path, Vocabulary(path).vocab_size
 
 
 def latest_step(model_dir: str) -> int:
