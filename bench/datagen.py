@@ -114,7 +114,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=400_000)
     parser.add_argument("--rss_rows", default="100000,1000000", help="comma-separated row counts for the RSS check")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 40k rows, RSS at 10k and 100k")
     args = parser.parse_args()
+    if args.quick:
+        args.rows, args.rss_rows = 40_000, "10000,100000"
 
     work = Path(tempfile.mkdtemp(prefix="t2t_bench_"))
     table: list[tuple[str, int, float, float, float]] = []
