@@ -5,18 +5,18 @@
 #
 #   OUT=my_demo TRAIN_STEPS=2000 examples/demo.sh
 #
-# The defaults fit in about 15 minutes on 2 CPU cores, so the models are small and
+# The defaults take about 10-15 minutes on 2 CPU cores, so the models are small and
 # briefly trained: the numbers show the pipeline working, not the best these tasks allow.
 set -euo pipefail
 
 OUT=${OUT:-demo_out}
 DATA=$OUT/data
-TRAIN_STEPS=${TRAIN_STEPS:-500}
+TRAIN_STEPS=${TRAIN_STEPS:-400}
 # A model between mtf_transformer_tiny and _small; sequences long enough for the verses
 # (datagen's meta.json lists token-length percentiles), several examples packed per row.
 HPARAMS=${HPARAMS:-"d_model=128,d_ff=512,num_heads=4,d_kv=32,inputs_length=96,targets_length=64,batch_size=48,learning_rate=0.01,warmup_steps=100"}
 mkdir -p "$OUT"
-declare -A SECONDS_FOR
+: > "$OUT/seconds.txt"
 
 step() {  # step NAME COMMAND...: runs the command, remembers how long it took
   local name=$1 start=$SECONDS
@@ -24,7 +24,7 @@ step() {  # step NAME COMMAND...: runs the command, remembers how long it took
   echo
   echo "== $name: $*"
   "$@"
-  SECONDS_FOR[$name]=$((SECONDS - start))
+  echo "$name $((SECONDS - start))" >> "$OUT/seconds.txt"
 }
 
 # 1. Raw CSVs -> shards + SentencePiece vocabularies + meta files.
@@ -62,7 +62,6 @@ paste "$OUT/question_pairs.tsv" "$OUT/is_duplicate.txt" | sed 's/^/  is duplicat
 paste -d '|' "$OUT/english.txt" "$OUT/spanish.txt" | sed 's/|/  ->  /; s/^/  /'
 
 # 5. What was measured.
-for name in "${!SECONDS_FOR[@]}"; do echo "$name ${SECONDS_FOR[$name]}"; done > "$OUT/seconds.txt"
 python - "$OUT" <<'PY'
 import json
 import pathlib

@@ -107,7 +107,8 @@ class EstimatorBackend:
     """`evaluation.Backend` on the training run's Estimator: one predict call per request."""
 
     def __init__(self, model: LoadedModel, decode: dict[str, Any], batch_size: int) -> None:
-        self.estimator = build_estimator(model, decode)
+        # decode() returns ids only; score() feeds targets, which always yields scores.
+        self.estimator = build_estimator(model, {**decode, "compute_scores": False})
         self.batch_size = batch_size
         self.inputs_length = int(model.hparams.inputs_length)
         self.targets_length = int(decode.get("max_decode_length") or model.hparams.targets_length)

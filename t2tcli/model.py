@@ -25,7 +25,9 @@ the caller pads the last batch to the full batch size):
   Decode settings come from hparams: `beam_size` (1: greedy or sampling), `alpha`
   (beam length penalty), `temperature` (0: greedy), `top_k` (0: off) and
   `max_decode_length` (0: `targets_length`). `params={"decode": {...}}` given to
-  build_estimator overrides any of them for one estimator.
+  build_estimator overrides any of them for one estimator; it may also hold
+  `compute_scores=False`, which leaves `scores` out of a decode's predictions (they
+  need an extra teacher-forced pass; scoring always returns them).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ ModeKeys = tf.estimator.ModeKeys
 FEATURE_KEYS = ("inputs", "targets")
 PACKING_SUFFIXES = ("_segmentation", "_position")
 DECODE_KEYS = ("beam_size", "alpha", "temperature", "top_k", "max_decode_length")
+# Not an hparam: callers that only need decoded ids pass {"compute_scores": False}.
+DECODE_DEFAULTS = {"compute_scores": True}
 
 
 @dataclasses.dataclass
@@ -112,6 +116,7 @@ def _clean_decodes(ids: mtf.Tensor) -> mtf.Tensor:
 
 def _decode_settings(hp: HParams, params: dict[str, Any] | None) -> dict[str, Any]:
     settings = {k: hp.get(k) for k in DECODE_KEYS}
+    settings.update(DECODE_DEFAULTS)
     settings.update((params or {}).get("decode", {}) or {})
     if settings["beam_size"] > 1 and (settings["temperature"] or settings["top_k"]):
         raise UserError("beam_size > 1 cannot be combined with temperature or top_k sampling")
@@ -353,17 +358,21 @@ def _predict_spec(g: _Graph, f: dict[str, mtf.Tensor], decode: dict[str, Any], u
             max_decode_length=length,
         )
         outputs = _clean_decodes(samples)
-    # Scores are teacher-forced log-likelihoods of the outputs, for decodes and scoring alike.
-    scoring = {k: v for k, v in f.items() if k == "inputs"}
-    logits, _ = g.logits(scoring, outputs, ModeKeys.PREDICT, compute_loss=False)
-    xent, _ = _token_xent(logits, outputs)
-    scores = -mtf.reduce_sum(xent, reduced_dim=outputs.shape.dims[-1])
-    outputs, scores = mtf.anonymize(outputs), mtf.anonymize(scores)
+    exported = {"outputs": outputs}
+    if "targets" in f or decode["compute_scores"]:
+        # Scores are teacher-forced log-likelihoods of the outputs, for decodes and scoring
+        # alike. For a decode they cost a second encoder pass and a full decoder pass, a
+        # large share of the work, so callers that only write text switch them off.
+        scoring = {k: v for k, v in f.items() if k == "inputs"}
+        logits, _ = g.logits(scoring, outputs, ModeKeys.PREDICT, compute_loss=False)
+        xent, _ = _token_xent(logits, outputs)
+        exported["scores"] = -mtf.reduce_sum(xent, reduced_dim=outputs.shape.dims[-1])
+    exported = {k: mtf.anonymize(v) for k, v in exported.items()}
     lowering = g.lower()
-    predictions = {
-        "outputs": tf.cast(lowering.export_to_tf_tensor(outputs), tf.int32),
-        "scores": tf.cast(lowering.export_to_tf_tensor(scores), tf.float32),
-    }
+    predictions = {k: lowering.export_to_tf_tensor(v) for k, v in exported.items()}
+    predictions["outputs"] = tf.cast(predictions["outputs"], tf.int32)
+    if "scores" in predictions:
+        predictions["scores"] = tf.cast(predictions["scores"], tf.float32)
     with mtf.utils.outside_all_rewrites():
         hooks = [mtf.MtfRestoreHook(lowering)]
 
