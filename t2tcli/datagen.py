@@ -398,7 +398,7 @@ def _check_skipped(task: Text2TextProblem, source: Source, report: SourceReport)
             f"{message}; that is more than {task.max_skipped_fraction:.2%} of the rows "
             f"(max_skipped_fraction of problem '{task.name}'): fix the file or raise the limit"
         )
-    logging.warning("%s", message)
+    logging.warning("%s: %s", task.name, message)
 
 
 def make_vocabulary(problem: Problem, vocab_file: str, sample: VocabSample | None) -> None:
