@@ -99,7 +99,9 @@ def _first_undecodable_line(path: str) -> str:
 class _FileSource(Source):
     """Shared by file-backed sources: path checks, fingerprint, key column."""
 
-    def __init__(self, path: str, columns: Sequence[str], required: Sequence[str] | None, key: str | None) -> None:
+    def __init__(
+        self, path: str, columns: Sequence[str], required: Sequence[str] | None = None, key: str | None = None
+    ) -> None:
         self.path = str(path)
         self.origin = self.path
         self.columns = tuple(columns)
@@ -131,15 +133,6 @@ class CsvSource(_FileSource):
     sep = ","
     quoting = csv.QUOTE_MINIMAL
     kind = "CSV"
-
-    def __init__(
-        self,
-        path: str,
-        columns: Sequence[str],
-        required: Sequence[str] | None = None,
-        key: str | None = None,
-    ) -> None:
-        super().__init__(path, columns, required, key)
 
     def _reader(self, chunk_rows: int, nrows: int | None = None) -> Any:
         return pd.read_csv(
@@ -216,15 +209,6 @@ class TsvSource(CsvSource):
 
 class JsonlSource(_FileSource):
     """One JSON object per line; string values may hold newlines (escaped as \\n)."""
-
-    def __init__(
-        self,
-        path: str,
-        columns: Sequence[str],
-        required: Sequence[str] | None = None,
-        key: str | None = None,
-    ) -> None:
-        super().__init__(path, columns, required, key)
 
     def chunks(self, options: ReadOptions) -> Iterator[Chunk]:
         _check_file(self.path)
