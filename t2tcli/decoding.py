@@ -218,6 +218,23 @@ class Job:
     source_name: str = "input"
 
 
+def _parse_line(line: str, index: int, job: Job, scoring: bool) -> tuple[str, str | None]:
+    """A non-empty input line -> (the model's input text, the target text when scoring).
+
+    Errors name the line, so the scan before decoding and the decoding itself report
+    a bad line identically.
+    """
+    target_text = None
+    if scoring:
+        line, sep, target_text = line.rpartition("\t")
+        if not sep:
+            raise UserError(f"{job.source_name}:{index + 1}: expected 'input<TAB>target'")
+    try:
+        return job.format_input(textio.unescape(line)), target_text
+    except (UserError, ValueError) as exc:
+        raise UserError(f"{job.source_name}:{index + 1}: {exc}") from None
+
+
 def _rows(lines: Iterable[str], job: Job, writer: OrderedWriter, stats: Stats, scoring: bool) -> Iterator[Row]:
     """Non-empty lines as Rows; empty lines are answered at once with an empty line."""
     for index, line in enumerate(lines):
@@ -226,16 +243,7 @@ def _rows(lines: Iterable[str], job: Job, writer: OrderedWriter, stats: Stats, s
             stats.empty += 1
             writer.put(index, "")
             continue
-        target_text = None
-        if scoring:
-            text, sep, target_text = line.rpartition("\t")
-            if not sep:
-                raise UserError(f"{job.source_name}:{index + 1}: expected 'input<TAB>target'")
-            line = text
-        try:
-            text = job.format_input(textio.unescape(line))
-        except (UserError, ValueError) as exc:
-            raise UserError(f"{job.source_name}:{index + 1}: {exc}") from None
+        text, target_text = _parse_line(line, index, job, scoring)
         inputs, cut = fit(job.encode(text), job.inputs_length)
         if cut:
             stats.truncated_inputs += 1
@@ -328,15 +336,7 @@ def scan_lengths(lines: Iterable[str], job: Job, scoring: bool) -> tuple[int, in
     for index, line in enumerate(lines):
         if not line.strip():
             continue
-        target_text = None
-        if scoring:
-            line, sep, target_text = line.rpartition("\t")
-            if not sep:
-                raise UserError(f"{job.source_name}:{index + 1}: expected 'input<TAB>target'")
-        try:
-            text = job.format_input(textio.unescape(line))
-        except (UserError, ValueError) as exc:
-            raise UserError(f"{job.source_name}:{index + 1}: {exc}") from None
+        text, target_text = _parse_line(line, index, job, scoring)
         longest_inputs = max(longest_inputs, len(job.encode(text)) + 1)
         if target_text is not None:
             longest_targets = max(longest_targets, len(job.encode(textio.unescape(target_text))) + 1)
