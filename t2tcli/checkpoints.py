@@ -9,13 +9,12 @@ from __future__ import annotations
 import glob
 import os
 import re
-import shutil
 
 from absl import logging
 
 from t2tcli.compat import tf
 from t2tcli.errors import UserError
-from t2tcli.run_info import HPARAMS_FILE, RUN_FILE, VOCAB_FILE
+from t2tcli.run_info import HPARAMS_FILE, RUN_FILE, VOCAB_FILE, atomic_copy
 
 _STEP_RE = re.compile(r"-(\d+)$")
 
@@ -125,8 +124,7 @@ def average(model_dir: str, num_last: int, output_dir: str) -> tuple[str, list[i
     for name in (RUN_FILE, HPARAMS_FILE, VOCAB_FILE):
         src = os.path.join(model_dir, name)
         if os.path.exists(src):
-            shutil.copyfile(src, os.path.join(output_dir, name + ".tmp"))
-            os.replace(os.path.join(output_dir, name + ".tmp"), os.path.join(output_dir, name))
+            atomic_copy(src, os.path.join(output_dir, name))
     return out_path, [s for s, _ in chosen]
 
 

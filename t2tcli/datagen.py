@@ -35,7 +35,7 @@ from t2tcli import shards
 from t2tcli.errors import UserError
 from t2tcli.packed_encoder import PackedTextEncoder
 from t2tcli.problem import Problem, Text2TextProblem, meta_path, read_meta, shard_path, vocab_path
-from t2tcli.run_info import atomic_write_text
+from t2tcli.run_info import atomic_copy, atomic_write_text
 from t2tcli.sources import ReadOptions, Source
 from t2tcli.vocab import Vocabulary, train_vocabulary
 
@@ -407,9 +407,7 @@ def make_vocabulary(problem: Problem, vocab_file: str, sample: VocabSample | Non
         if not os.path.exists(spec.from_file):
             raise UserError(f"vocabulary {spec.from_file} (vocab.from_file of '{problem.name}') not found")
         Vocabulary(spec.from_file)  # checks the pad/eos/unk layout before it becomes the vocabulary
-        tmp = f"{vocab_file}.tmp{os.getpid()}"
-        shutil.copyfile(spec.from_file, tmp)
-        os.replace(tmp, vocab_file)
+        atomic_copy(spec.from_file, vocab_file)
         return
     assert sample is not None
     sentences = sample.sentences()

@@ -38,6 +38,13 @@ def atomic_write_text(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
+def atomic_copy(src: str, dst: str) -> None:
+    """Copies `src` to `dst` so that `dst` is either complete or absent."""
+    tmp = f"{dst}.tmp{os.getpid()}"
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
 def save(model_dir: str, info: RunInfo, hparams: HParams, vocab_file: str) -> None:
     os.makedirs(model_dir, exist_ok=True)
     atomic_write_text(os.path.join(model_dir, HPARAMS_FILE), hparams.to_json() + "\n")
@@ -46,8 +53,7 @@ def save(model_dir: str, info: RunInfo, hparams: HParams, vocab_file: str) -> No
     )
     target = os.path.join(model_dir, VOCAB_FILE)
     if os.path.abspath(vocab_file) != os.path.abspath(target):
-        shutil.copyfile(vocab_file, target + ".tmp")
-        os.replace(target + ".tmp", target)
+        atomic_copy(vocab_file, target)
 
 
 def exists(model_dir: str) -> bool:
