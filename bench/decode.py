@@ -100,27 +100,11 @@ def peer_batches(inputs: list[list[int]], steps: list[int], batch: int) -> list[
 
 def run_peer(hp: dict, vocab_size: int, batches: list[tuple[list[list[int]], int]], beam: int, dtype: str) -> dict:
     import torch
-    from transformers import T5Config, T5ForConditionalGeneration
+    import transformers  # noqa: F401  (imported before the timer starts, like torch)
+    from peer import t5_peer
 
-    torch.manual_seed(0)
-    torch.set_num_threads(os.cpu_count() or 1)
     started = time.monotonic()
-    config = T5Config(
-        vocab_size=vocab_size,
-        d_model=hp["d_model"],
-        d_ff=hp["d_ff"],
-        d_kv=hp["d_kv"],
-        num_heads=hp["num_heads"],
-        num_layers=hp["num_encoder_layers"],
-        num_decoder_layers=hp["num_decoder_layers"],
-        relative_attention_num_buckets=hp["relative_attention_num_buckets"],
-        feed_forward_proj="relu",
-        dropout_rate=0.0,
-        pad_token_id=0,
-        eos_token_id=1,
-        decoder_start_token_id=0,
-    )
-    model = T5ForConditionalGeneration(config).eval()
+    model = t5_peer(hp, vocab_size, dropout_rate=0.0).eval()
     if dtype == "bfloat16":
         model = model.to(torch.bfloat16)
     built = time.monotonic()

@@ -115,26 +115,12 @@ def worker_t2t(dtype: str, batch: int, li: int, lt: int, steps: int) -> dict:
 
 def worker_hf(dtype: str, batch: int, li: int, lt: int, steps: int) -> dict:
     import torch
-    from transformers import T5Config, T5ForConditionalGeneration
+    from peer import t5_peer
     from transformers.optimization import Adafactor
 
-    torch.manual_seed(0)
-    torch.set_num_threads(os.cpu_count() or 1)
-    config = T5Config(
-        vocab_size=DIMS["vocab"],
-        d_model=DIMS["d_model"],
-        d_kv=DIMS["d_kv"],
-        d_ff=DIMS["d_ff"],
-        num_layers=DIMS["layers"],
-        num_decoder_layers=DIMS["layers"],
-        num_heads=DIMS["num_heads"],
-        feed_forward_proj="relu",
-        dropout_rate=0.1,
-        tie_word_embeddings=True,
-        decoder_start_token_id=0,
-        pad_token_id=0,
-    )
-    model = T5ForConditionalGeneration(config).train()
+    shape = {k: DIMS[k] for k in ("d_model", "d_ff", "num_heads", "d_kv")}
+    shape.update(num_encoder_layers=DIMS["layers"], num_decoder_layers=DIMS["layers"])
+    model = t5_peer(shape, DIMS["vocab"], dropout_rate=0.1).train()
     opt = Adafactor(model.parameters(), lr=1e-3, relative_step=False, scale_parameter=True, warmup_init=False)
     inputs = torch.randint(3, DIMS["vocab"], (batch, li))
     labels = torch.randint(3, DIMS["vocab"], (batch, lt))
