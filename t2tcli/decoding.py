@@ -37,6 +37,8 @@ MAX_TRUNCATION_WARNINGS = 5
 
 
 DECODE_KEYS = ("beam_size", "alpha", "temperature", "top_k", "max_decode_length")
+# Passed to the model_fn (t2tcli.model) besides the model's own decode hparams.
+ENGINES = ("auto", "fast", "mesh")
 
 
 def default_decode_hparams(model_hparams: HParams | None = None) -> HParams:
@@ -52,6 +54,9 @@ def default_decode_hparams(model_hparams: HParams | None = None) -> HParams:
         batch_size=64,
         max_decode_length=0,
         max_input_length=0,
+        # auto: t2tcli.fast_decode on one CPU / GPU, mesh-tensorflow's decode on TPUs and
+        # multi-device meshes; mesh forces the latter.
+        engine="auto",
     )
     for key in DECODE_KEYS:
         if model_hparams is not None and key in model_hparams:
@@ -70,7 +75,14 @@ def parse_decode_hparams(text: str, model_hparams: HParams | None = None) -> HPa
         raise UserError("--decode_hparams: temperature and top_k must be >= 0")
     if hp.beam_size > 1 and (hp.temperature > 0 or hp.top_k > 0):
         raise UserError("--decode_hparams: beam search (beam_size > 1) does not sample; drop temperature/top_k")
+    if hp.engine not in ENGINES:
+        raise UserError(f"--decode_hparams: engine={hp.engine} is not one of {', '.join(ENGINES)}")
     return hp
+
+
+def estimator_params(hp: HParams) -> dict[str, Any]:
+    """The decode settings the model_fn reads (params["decode"]), from --decode_hparams."""
+    return {k: hp.get(k) for k in (*DECODE_KEYS, "engine")}
 
 
 def input_formatter(problem: Any, raw: bool) -> Callable[[str], str]:

@@ -39,9 +39,10 @@ from typing import Any
 
 from absl import logging
 
-from t2tcli import gin_bindings, optimization
+from t2tcli import fast_decode, gin_bindings, optimization
 from t2tcli import mesh as meshlib
 from t2tcli.compat import tf
+from t2tcli.decoding import ENGINES
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 
@@ -57,8 +58,11 @@ ModeKeys = tf.estimator.ModeKeys
 FEATURE_KEYS = ("inputs", "targets")
 PACKING_SUFFIXES = ("_segmentation", "_position")
 DECODE_KEYS = ("beam_size", "alpha", "temperature", "top_k", "max_decode_length")
-# Not an hparam: callers that only need decoded ids pass {"compute_scores": False}.
-DECODE_DEFAULTS = {"compute_scores": True}
+# Not hparams: callers that only need decoded ids pass {"compute_scores": False} (which only
+# the mesh-tf engine needs: t2tcli.fast_decode's scores are free); "engine" picks the decode
+# implementation: "auto" (t2tcli.fast_decode where it applies), "fast" or "mesh"; a graph
+# that may serve concurrent requests (export) passes {"reentrant": True}.
+DECODE_DEFAULTS = {"compute_scores": True, "engine": "auto", "reentrant": False}
 
 
 @dataclasses.dataclass
@@ -120,7 +124,40 @@ def _decode_settings(hp: HParams, params: dict[str, Any] | None) -> dict[str, An
     settings.update((params or {}).get("decode", {}) or {})
     if settings["beam_size"] > 1 and (settings["temperature"] or settings["top_k"]):
         raise UserError("beam_size > 1 cannot be combined with temperature or top_k sampling")
+    if settings["engine"] not in ENGINES:
+        raise UserError(f"decode engine={settings['engine']!r}: use one of {', '.join(ENGINES)}")
     return settings
+
+
+def _use_fast_decode(hp: HParams, spec: meshlib.MeshSpec, decode: dict[str, Any], use_tpu: bool) -> bool:
+    """Whether PREDICT runs t2tcli.fast_decode: on one device, unless told otherwise."""
+    if decode["engine"] == "mesh":
+        return False
+    if use_tpu:
+        reason = "on TPU"
+    elif spec.size > 1:
+        reason = f"on the {spec.size}-device mesh_shape={hp.mesh_shape}"
+    else:
+        reason = fast_decode.unsupported_reason(hp)
+    if reason is None:
+        return True
+    if decode["engine"] == "fast":
+        raise UserError(f"decode engine=fast does not run {reason}; use engine=auto or engine=mesh")
+    logging.info("decoding with mesh-tensorflow's decode loop (%s)", reason)
+    return False
+
+
+def _fast_predict_spec(hp: HParams, vocab_size: int, features: dict[str, tf.Tensor], decode: dict[str, Any]) -> Any:
+    """PREDICT through t2tcli.fast_decode: the same contract, the same checkpoint variables."""
+    weights = fast_decode.Weights(hp, vocab_size)
+    inputs = tf.cast(features["inputs"], tf.int32)
+    if "targets" in features:
+        outputs = tf.cast(features["targets"], tf.int32)
+        scores = fast_decode.score(weights, inputs, outputs)
+    else:
+        length = int(decode["max_decode_length"] or hp.targets_length)
+        outputs, scores = fast_decode.decode(weights, inputs, decode, length)
+    return tf.estimator.EstimatorSpec(mode=ModeKeys.PREDICT, predictions={"outputs": outputs, "scores": scores})
 
 
 class _Graph:
@@ -230,6 +267,10 @@ def make_model_fn(
         if batch_size is None:
             raise ValueError("model_fn needs a static batch size: batch with drop_remainder=True (pad the last batch)")
         meshlib.check_batch(spec, int(batch_size))
+        if mode == ModeKeys.PREDICT:
+            decode = _decode_settings(hp, params)
+            if _use_fast_decode(hp, spec, decode, use_tpu):
+                return _fast_predict_spec(hp, vocab_size, features, decode)
         mesh_impl, var_placer = _mesh_impl(spec, params, use_tpu)
         g = _Graph(hp, vocab_size, mesh_impl, var_placer)
         batch_dim = mtf.Dimension("batch", int(batch_size))
@@ -238,7 +279,7 @@ def make_model_fn(
             return _train_spec(g, f, features, model_dir, train, use_tpu)
         if mode == ModeKeys.EVAL:
             return _eval_spec(g, f, use_tpu)
-        return _predict_spec(g, f, _decode_settings(hp, params), use_tpu)
+        return _predict_spec(g, f, decode, use_tpu)
 
     return model_fn
 

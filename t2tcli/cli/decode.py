@@ -60,7 +60,7 @@ def main() -> None:
         if FLAGS.score_file:
             job.targets_length = min(job.targets_length, decoding.bucket(longest_targets))
         logging.info("inputs padded to %d tokens (longest line: %d)", job.inputs_length, longest_inputs)
-    params = {k: decode_hp.get(k) for k in decoding.DECODE_KEYS}
+    params = decoding.estimator_params(decode_hp)
     logging.info(
         "%s with checkpoint %s (step %d): %s",
         "scoring" if FLAGS.score_file else "decoding",

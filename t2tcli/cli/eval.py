@@ -38,7 +38,7 @@ def main() -> None:
     selected = [] if FLAGS.wait else checkpoints.select(FLAGS.model_dir, FLAGS.checkpoint)
     data_dir = FLAGS.data_dir or model.info.data_dir
     tasks = evaluation.tasks_for(model.problem, data_dir, FLAGS.split, FLAGS.max_examples)
-    params = {k: decode_hp.get(k) for k in decoding.DECODE_KEYS}
+    params = decoding.estimator_params(decode_hp)
     backend = loading.EstimatorBackend(model, params, decode_hp.batch_size)
     sink = evaluation.ResultsSink(evaluation.eval_dir(FLAGS.model_dir, FLAGS.split), tensorboard=FLAGS.tensorboard)
     evaluator = evaluation.Evaluator(

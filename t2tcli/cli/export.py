@@ -28,7 +28,7 @@ def main() -> None:
     decode_hp = decoding.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
     step, checkpoint = checkpoints.resolve(FLAGS.model_dir, FLAGS.checkpoint_path)
     logging.info("exporting checkpoint %s (step %d)", checkpoint, step)
-    params = {k: decode_hp.get(k) for k in decoding.DECODE_KEYS}
+    params = decoding.estimator_params(decode_hp)
     path = export.export(model, FLAGS.export_dir, checkpoint, params, decode_hp.batch_size)
     print(path, flush=True)
 

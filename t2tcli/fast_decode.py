@@ -1,0 +1,523 @@
+"""Decoding and scoring the Bitransformer with plain TensorFlow ops on one device.
+
+mesh-tensorflow's decode loop is written for meshes, and on one CPU or GPU that costs
+several times the model's arithmetic: its key/value caches are rewritten whole each
+step (multiplied by one-hot masks), every step runs many small einsums and
+transposes, the greedy loop first runs a full decoder pass over zeros to shape its
+caches, and scores need a second, teacher-forced pass. This module computes the same
+function from the same variables (T5 v1.0's layer layout, as `t2tcli.gin_bindings`
+configures it): caches written in place at the step's position, one fused q/k/v
+projection, encoder-decoder keys and values computed once, scores summed while
+decoding, and a loop that stops when every row has ended.
+
+The model_fn uses it for PREDICT on a one-device mesh; TPUs and model-parallel meshes
+keep mesh-tensorflow's decode. `tests/test_fast_decode.py` checks both give the same
+logits, decodes and scores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+from t2tcli.compat import tf
+from t2tcli.hparams import HParams
+
+tf1 = tf.compat.v1
+EOS_ID = 1
+# mesh-tf's attention bias for a hidden position, and its relative-position bucketing.
+NEG_INF = -1e9
+MAX_DISTANCE = 128
+RMS_EPSILON = 1e-6
+
+
+def _gelu(x: tf.Tensor) -> tf.Tensor:
+    # mesh-tf's gelu is the tanh approximation.
+    return 0.5 * x * (1.0 + tf.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+ACTIVATIONS: dict[str, Callable[[tf.Tensor], tf.Tensor]] = {
+    "relu": tf.nn.relu,
+    "gelu": _gelu,
+    "swish": lambda x: x * tf.sigmoid(x),
+    "sigmoid": tf.sigmoid,
+    "tanh": tf.tanh,
+    "linear": lambda x: x,
+}
+
+
+def unsupported_reason(hp: HParams) -> str | None:
+    """Why `hp`'s model cannot use this module (None when it can)."""
+    if hp.ffn_activation not in ACTIVATIONS:
+        return f"ffn_activation={hp.ffn_activation!r}"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Dims:
+    d_model: int
+    num_heads: int
+    d_kv: int
+    num_buckets: int
+    dtype: tf.DType
+
+    @property
+    def inner(self) -> int:
+        return self.num_heads * self.d_kv
+
+
+def _variable(name: str, shape: list[int]) -> tf.Tensor:
+    # Restored from the checkpoint by name, as mesh-tf names its master variables.
+    return tf1.get_variable(name, shape, tf.float32, initializer=tf1.zeros_initializer(), trainable=False)
+
+
+class Weights:
+    """The model's variables, read once per batch in the activation dtype."""
+
+    def __init__(self, hp: HParams, vocab_size: int) -> None:
+        # mesh-tf pads the vocabulary to a multiple of vocab_divisor.
+        vocab_size = -(-vocab_size // hp.vocab_divisor) * hp.vocab_divisor
+        self.dims = Dims(
+            hp.d_model, hp.num_heads, hp.d_kv, hp.relative_attention_num_buckets, tf.as_dtype(hp.activation_dtype)
+        )
+        self.activation = ACTIVATIONS[hp.ffn_activation]
+        d, inner = hp.d_model, self.dims.inner
+        cast = self.cast
+
+        def attention(scope: str, fused: tuple[str, ...]) -> dict[str, tf.Tensor]:
+            w = {n: _variable(f"{scope}/{n}", [d, inner]) for n in ("q", "k", "v")}
+            return {
+                "".join(fused): cast(tf.concat([w[n] for n in fused], axis=1)),
+                **({} if "q" in fused else {"q": cast(w["q"])}),
+                "o": cast(_variable(f"{scope}/o", [inner, d])),
+            }
+
+        def ffn(scope: str) -> dict[str, tf.Tensor]:
+            return {
+                "wi": cast(_variable(f"{scope}/DenseReluDense/wi/kernel", [d, hp.d_ff])),
+                "wo": cast(_variable(f"{scope}/DenseReluDense/wo/kernel", [hp.d_ff, d])),
+            }
+
+        def norm(scope: str) -> tf.Tensor:
+            return cast(_variable(f"{scope}/rms_norm/scale", [d]))
+
+        self.embedding = cast(_variable("shared/embedding", [vocab_size, d]))
+        self.encoder = []
+        for i in range(hp.num_encoder_layers):
+            block = f"encoder/block_{i:03d}"
+            self.encoder.append(
+                {
+                    "self_norm": norm(f"{block}/layer_000"),
+                    "self": attention(f"{block}/layer_000/SelfAttention", ("q", "k", "v")),
+                    "ffn_norm": norm(f"{block}/layer_001"),
+                    **ffn(f"{block}/layer_001"),
+                }
+            )
+        self.decoder = []
+        for i in range(hp.num_decoder_layers):
+            block = f"decoder/block_{i:03d}"
+            self.decoder.append(
+                {
+                    "self_norm": norm(f"{block}/layer_000"),
+                    "self": attention(f"{block}/layer_000/SelfAttention", ("q", "k", "v")),
+                    "cross_norm": norm(f"{block}/layer_001"),
+                    "cross": attention(f"{block}/layer_001/EncDecAttention", ("k", "v")),
+                    "ffn_norm": norm(f"{block}/layer_002"),
+                    **ffn(f"{block}/layer_002"),
+                }
+            )
+        buckets = [hp.num_heads, hp.relative_attention_num_buckets]
+        # "bias_shared": each stack's first layer holds the one relative-position bias.
+        self.encoder_bias = _variable("encoder/block_000/layer_000/SelfAttention/relative_attention_bias", buckets)
+        self.decoder_bias = _variable("decoder/block_000/layer_000/SelfAttention/relative_attention_bias", buckets)
+        self.encoder_final_norm = cast(_variable("encoder/rms_norm/scale", [d]))
+        self.decoder_final_norm = cast(_variable("decoder/rms_norm/scale", [d]))
+
+    def cast(self, x: tf.Tensor) -> tf.Tensor:
+        return tf.cast(x, self.dims.dtype)
+
+
+def relative_buckets(relative_position: tf.Tensor, bidirectional: bool, num_buckets: int) -> tf.Tensor:
+    """T5's bucket of each (memory position - query position), as mesh-tf computes it."""
+    n = -relative_position
+    out = tf.zeros_like(n)
+    if bidirectional:
+        num_buckets //= 2
+        out += tf.cast(n < 0, tf.int32) * num_buckets
+        n = tf.abs(n)
+    else:
+        n = tf.maximum(n, 0)
+    max_exact = num_buckets // 2
+    scaled = tf.math.log(tf.cast(n, tf.float32) / max_exact) / math.log(MAX_DISTANCE / max_exact)
+    large = tf.minimum(max_exact + tf.cast(scaled * (num_buckets - max_exact), tf.int32), num_buckets - 1)
+    return out + tf.where(n < max_exact, n, large)
+
+
+def position_bias(table: tf.Tensor, queries: int, keys: int, bidirectional: bool) -> tf.Tensor:
+    """[heads, queries, keys] float32 bias: relative-position bias, plus the causal mask
+    when not bidirectional."""
+    q = tf.range(queries)[:, None]
+    k = tf.range(keys)[None, :]
+    buckets = relative_buckets(k - q, bidirectional, int(table.shape[-1]))
+    bias = tf.gather(table, buckets, axis=1)
+    if not bidirectional:
+        bias += tf.where(k > q, NEG_INF, 0.0)
+    return bias
+
+
+def _rms_norm(x: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
+    variance = tf.reduce_mean(tf.square(x), axis=-1, keepdims=True)
+    return x * tf.math.rsqrt(variance + RMS_EPSILON) * scale
+
+
+def _heads(x: tf.Tensor, dims: Dims) -> tf.Tensor:
+    """[batch, length, heads * d_kv] -> [batch, heads, length, d_kv]."""
+    batch, length = tf.shape(x)[0], tf.shape(x)[1]
+    return tf.transpose(tf.reshape(x, [batch, length, dims.num_heads, dims.d_kv]), [0, 2, 1, 3])
+
+
+def _merge_heads(x: tf.Tensor, dims: Dims) -> tf.Tensor:
+    """[batch, heads, length, d_kv] -> [batch, length, heads * d_kv]."""
+    batch, length = tf.shape(x)[0], tf.shape(x)[2]
+    return tf.reshape(tf.transpose(x, [0, 2, 1, 3]), [batch, length, dims.inner])
+
+
+def _attend(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+    """Softmax attention over [..., length, d_kv] tensors; logits in float32 as mesh-tf's."""
+    logits = tf.matmul(tf.cast(q, tf.float32), tf.cast(k, tf.float32), transpose_b=True) + bias
+    weights = tf.cast(tf.nn.softmax(logits), v.dtype)
+    return tf.matmul(weights, v)
+
+
+def _ffn(w: Weights, layer: dict[str, Any], x: tf.Tensor) -> tf.Tensor:
+    h = _rms_norm(x, layer["ffn_norm"])
+    return x + tf.matmul(w.activation(tf.matmul(h, layer["wi"])), layer["wo"])
+
+
+def _dense(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+    """x [..., d] @ kernel [d, n] for 2-D or 3-D x."""
+    if x.shape.rank == 2:
+        return tf.matmul(x, kernel)
+    return tf.einsum("bld,dn->bln", x, kernel)
+
+
+def _self_attention_full(w: Weights, layer: dict[str, Any], x: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+    h = _rms_norm(x, layer["self_norm"])
+    q, k, v = tf.split(_dense(h, layer["self"]["qkv"]), 3, axis=-1)
+    o = _attend(_heads(q, w.dims), _heads(k, w.dims), _heads(v, w.dims), bias)
+    return x + _dense(_merge_heads(o, w.dims), layer["self"]["o"])
+
+
+def _padding_bias(visible: tf.Tensor) -> tf.Tensor:
+    return tf.where(visible, 0.0, NEG_INF)
+
+
+@dataclasses.dataclass
+class Encoded:
+    """The encoder's output as the decoder reads it: per layer keys and values
+    [batch, heads, inputs_length, d_kv], and the float32 bias [batch, 1, 1, length]
+    that hides padding."""
+
+    keys: list[tf.Tensor]
+    values: list[tf.Tensor]
+    bias: tf.Tensor
+
+    def repeat(self, times: int) -> Encoded:
+        """Each row `times` times in a row (for beams)."""
+
+        def rep(x: tf.Tensor) -> tf.Tensor:
+            return tf.repeat(x, times, axis=0)
+
+        return Encoded([rep(k) for k in self.keys], [rep(v) for v in self.values], rep(self.bias))
+
+
+def encode(w: Weights, inputs: tf.Tensor) -> Encoded:
+    """Runs the encoder on int32 [batch, length] inputs (0 = padding)."""
+    length = int(inputs.shape[1])
+    nonpad = inputs > 0
+    # mesh-tf's encoder sequence id is min(inputs, 1): real tokens see real tokens, padding
+    # sees padding.
+    same = tf.equal(nonpad[:, :, None], nonpad[:, None, :])
+    bias = position_bias(w.encoder_bias, length, length, bidirectional=True)[None] + _padding_bias(same)[:, None]
+    x = tf.gather(w.embedding, inputs)
+    for layer in w.encoder:
+        x = _ffn(w, layer, _self_attention_full(w, layer, x, bias))
+    x = _rms_norm(x, w.encoder_final_norm)
+    keys, values = [], []
+    for layer in w.decoder:
+        k, v = tf.split(_dense(x, layer["cross"]["kv"]), 2, axis=-1)
+        keys.append(_heads(k, w.dims))
+        values.append(_heads(v, w.dims))
+    return Encoded(keys, values, _padding_bias(nonpad)[:, None, None, :])
+
+
+def _cross_attention(w: Weights, layer: dict[str, Any], i: int, x: tf.Tensor, enc: Encoded) -> tf.Tensor:
+    h = _rms_norm(x, layer["cross_norm"])
+    o = _attend(_heads(_dense(h, layer["cross"]["q"]), w.dims), enc.keys[i], enc.values[i], enc.bias)
+    return x + _dense(_merge_heads(o, w.dims), layer["cross"]["o"])
+
+
+def _logits(w: Weights, x: tf.Tensor) -> tf.Tensor:
+    """Float32 logits from the decoder's last layer (embedding shared with the softmax)."""
+    x = _rms_norm(x, w.decoder_final_norm) * (w.dims.d_model**-0.5)
+    if x.shape.rank == 2:
+        logits = tf.matmul(x, w.embedding, transpose_b=True)
+    else:
+        logits = tf.einsum("bld,vd->blv", x, w.embedding)
+    return tf.cast(logits, tf.float32)
+
+
+def teacher_forced_logits(w: Weights, enc: Encoded, targets: tf.Tensor) -> tf.Tensor:
+    """Float32 [batch, length, vocab] logits of each target given the ones before it."""
+    length = int(targets.shape[1])
+    shifted = tf.pad(targets[:, :-1], [[0, 0], [1, 0]])
+    bias = position_bias(w.decoder_bias, length, length, bidirectional=False)[None]
+    x = tf.gather(w.embedding, shifted)
+    for i, layer in enumerate(w.decoder):
+        x = _self_attention_full(w, layer, x, bias)
+        x = _ffn(w, layer, _cross_attention(w, layer, i, x, enc))
+    return _logits(w, x)
+
+
+def score(w: Weights, inputs: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
+    """Sum of log p(target token) over each row's non-padding targets, float32 [batch]."""
+    logits = teacher_forced_logits(w, encode(w, inputs), targets)
+    logp = tf.gather(tf.nn.log_softmax(logits), targets, batch_dims=2)
+    return tf.reduce_sum(logp * tf.cast(targets > 0, tf.float32), axis=1)
+
+
+class _Caches:
+    """Self-attention keys and values of every decoder layer, [rows, heads, length, d_kv]
+    float32, written one position per step.
+
+    In place (`reentrant=False`): local resource variables, scattered into without a
+    copy; the Estimator runs one batch at a time, so nothing else can see them. A
+    SavedModel may serve concurrent requests on one session, so export uses loop
+    tensors instead (`reentrant=True`), which cost a copy of each cache per step.
+    """
+
+    def __init__(self, layers: int, shape: list[int], reentrant: bool) -> None:
+        self.layers, self.shape, self.reentrant = layers, shape, reentrant
+        self.variables = []
+        if not reentrant:
+            with tf1.variable_scope(None, default_name="decode_cache"):
+                self.variables = [self._variable(i, shape) for i in range(2 * layers)]
+
+    @staticmethod
+    def _variable(i: int, shape: list[int]) -> tf.Variable:
+        return tf1.get_variable(
+            f"{i}",
+            shape,
+            tf.float32,
+            initializer=tf1.zeros_initializer(),
+            trainable=False,
+            use_resource=True,
+            collections=[tf1.GraphKeys.LOCAL_VARIABLES],
+        )
+
+    def loop_vars(self) -> list[tf.Tensor]:
+        """What the decode loop carries for the caches (nothing when they are variables)."""
+        return [] if self.variables else [tf.zeros(self.shape) for _ in range(2 * self.layers)]
+
+    def write(self, state: list[tf.Tensor], i: int, where: tf.Tensor, k: tf.Tensor, v: tf.Tensor) -> list[tf.Tensor]:
+        """Layer i's keys and values with k, v [rows, heads, d_kv] written at `where`."""
+        if not self.variables:
+            return [tf.tensor_scatter_nd_update(state[2 * i + j], where, x) for j, x in enumerate((k, v))]
+        out = []
+        for j, x in enumerate((k, v)):
+            var = self.variables[2 * i + j]
+            with tf.control_dependencies([tf1.scatter_nd_update(var, where, x)]):
+                out.append(var.read_value())
+        return out
+
+    def reorder(self, state: list[tf.Tensor], source: tf.Tensor) -> tuple[list[tf.Tensor], list[tf.Operation]]:
+        """Rows gathered from `source` (beam search): (new loop state, ops to wait for)."""
+        if not self.variables:
+            return [tf.gather(c, source) for c in state], []
+        ops = []
+        for var in self.variables:
+            # `source` comes from this step's logits, so reading after it reads this step's writes.
+            with tf.control_dependencies([source]):
+                ops.append(var.assign(tf.gather(var.read_value(), source)).op)
+        return [], ops
+
+
+class _Stepper:
+    """One incremental decoder step for `rows` rows with caches of `length` positions.
+
+    A step writes its keys and values at its position and attends over all positions,
+    the ones not written yet hidden by the causal bias.
+    """
+
+    def __init__(self, w: Weights, enc: Encoded, rows: int, length: int, reentrant: bool) -> None:
+        self.w, self.rows, self.length = w, rows, length
+        dims = w.dims
+        # Attention runs in float32 (as mesh-tf's logits do), so cached and encoder keys
+        # and values are kept in float32 rather than cast each step.
+        self.enc = Encoded(
+            [tf.cast(k, tf.float32) for k in enc.keys], [tf.cast(v, tf.float32) for v in enc.values], enc.bias
+        )
+        self.bias = position_bias(w.decoder_bias, length, length, bidirectional=False)
+        self.grid = tf.stack(tf.meshgrid(tf.range(rows), tf.range(dims.num_heads), indexing="ij"), axis=-1)
+        self.caches = _Caches(len(w.decoder), [rows, dims.num_heads, length, dims.d_kv], reentrant)
+
+    def _attend(self, q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+        """q [rows, heads, d_kv] over k, v [rows, heads, length, d_kv] -> [rows, heads * d_kv]."""
+        logits = tf.matmul(tf.cast(q, tf.float32)[:, :, None, :], k, transpose_b=True) + bias
+        o = tf.matmul(tf.nn.softmax(logits), v)
+        return tf.cast(tf.reshape(o, [self.rows, self.w.dims.inner]), self.w.dims.dtype)
+
+    def __call__(self, step: tf.Tensor, ids: tf.Tensor, state: list[tf.Tensor]) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        """(float32 logits [rows, vocab] for the token after `ids` [rows], new cache state)."""
+        w, dims = self.w, self.w.dims
+        where = tf.concat([self.grid, tf.fill([self.rows, dims.num_heads, 1], step)], axis=-1)
+        bias = tf.gather(self.bias, step, axis=1)[None, :, None, :]  # [1, heads, 1, length]
+        x = tf.gather(w.embedding, ids)
+        new_state = []
+        for i, layer in enumerate(w.decoder):
+            h = _rms_norm(x, layer["self_norm"])
+            qkv = tf.reshape(tf.matmul(h, layer["self"]["qkv"]), [self.rows, 3, dims.num_heads, dims.d_kv])
+            q, k, v = qkv[:, 0], tf.cast(qkv[:, 1], tf.float32), tf.cast(qkv[:, 2], tf.float32)
+            keys, values = self.caches.write(state, i, where, k, v)
+            if not self.caches.variables:
+                new_state += [keys, values]
+            x = x + tf.matmul(self._attend(q, keys, values, bias), layer["self"]["o"])
+            h = _rms_norm(x, layer["cross_norm"])
+            q = tf.reshape(tf.matmul(h, layer["cross"]["q"]), [self.rows, dims.num_heads, dims.d_kv])
+            o = self._attend(q, self.enc.keys[i], self.enc.values[i], self.enc.bias)
+            x = _ffn(w, layer, x + tf.matmul(o, layer["cross"]["o"]))
+        return _logits(w, x), new_state
+
+
+def _without_padding(logits: tf.Tensor) -> tf.Tensor:
+    """Id 0 means "after EOS" in every output, so it is never chosen (an undertrained
+    model may rank it first); scores stay the model's own log-probabilities."""
+    return logits + tf.one_hot(0, tf.shape(logits)[-1], on_value=NEG_INF, off_value=0.0)
+
+
+def _top_k_filter(logits: tf.Tensor, top_k: int) -> tf.Tensor:
+    kth = tf.math.top_k(logits, k=top_k).values[:, -1:]
+    return tf.where(logits < kth, NEG_INF, logits)
+
+
+def sample(
+    w: Weights, inputs: tf.Tensor, length: int, temperature: float = 0.0, top_k: int = 0, reentrant: bool = False
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Greedy (temperature 0) or sampled decode: (int32 [batch, length] ids, 0 after the
+    first EOS; float32 [batch] sum of the model's log-probabilities of those ids).
+
+    `reentrant`: see _Caches."""
+    rows = int(inputs.shape[0])
+    stepper = _Stepper(w, encode(w, inputs), rows, length, reentrant)
+
+    def body(step, prev, done, total, ids, *caches):  # noqa: ANN001, ANN202
+        logits, caches = stepper(step, prev, list(caches))
+        logp = tf.nn.log_softmax(logits)
+        if temperature > 0:
+            chooser = _without_padding(logits) / temperature
+            if top_k:
+                chooser = _top_k_filter(chooser, top_k)
+            token = tf.cast(tf.random.categorical(chooser, 1)[:, 0], tf.int32)
+        else:
+            token = tf.argmax(_without_padding(logits), axis=-1, output_type=tf.int32)
+        token = tf.where(done, 0, token)
+        total += tf.where(done, 0.0, tf.gather(logp, token, batch_dims=1))
+        ids = tf.tensor_scatter_nd_update(ids, tf.stack([tf.range(rows), tf.fill([rows], step)], axis=1), token)
+        done = done | tf.equal(token, EOS_ID)
+        return (step + 1, token, done, total, ids, *caches)
+
+    def cond(step, prev, done, *_):  # noqa: ANN001, ANN202
+        return (step < length) & ~tf.reduce_all(done)
+
+    initial = (
+        tf.constant(0),
+        tf.zeros([rows], tf.int32),
+        tf.zeros([rows], tf.bool),
+        tf.zeros([rows], tf.float32),
+        tf.zeros([rows, length], tf.int32),
+        *stepper.caches.loop_vars(),
+    )
+    out = tf.while_loop(cond, body, initial, parallel_iterations=1)
+    return out[4], out[3]
+
+
+def _length_penalty(length: tf.Tensor, alpha: float) -> tf.Tensor:
+    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+def beam_search(
+    w: Weights, inputs: tf.Tensor, length: int, beam_size: int, alpha: float, reentrant: bool = False
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Beam search: (int32 [batch, length] ids of each row's best finished hypothesis, by
+    log-probability / ((5 + length) / 6) ** alpha; float32 [batch] its log-probability).
+
+    A row with no hypothesis ending in EOS within `length` steps gets its most probable
+    unfinished one. The loop stops when no unfinished hypothesis of any row can still
+    beat that row's best finished one. `reentrant`: see _Caches.
+    """
+    batch, k = int(inputs.shape[0]), beam_size
+    rows = batch * k
+    stepper = _Stepper(w, encode(w, inputs).repeat(k), rows, length, reentrant)
+    vocab = int(w.embedding.shape[0])
+    neg = tf.constant(-1e30)
+    row_offsets = tf.range(batch)[:, None] * k  # [batch, 1]
+
+    def body(step, alive_ids, alive_logp, fin_ids, fin_score, fin_logp, *caches):  # noqa: ANN001, ANN202
+        prev = tf.reshape(tf.gather(alive_ids, tf.maximum(step - 1, 0), axis=2), [rows])
+        prev = tf.where(step > 0, prev, 0)
+        logits, caches = stepper(step, prev, list(caches))
+        logp = tf.nn.log_softmax(logits)
+        logp = tf.reshape(tf.maximum(_without_padding(logp), neg), [batch, k, vocab])
+        candidates = tf.reshape(alive_logp[:, :, None] + logp, [batch, k * vocab])
+        cand_logp, flat = tf.math.top_k(candidates, k=2 * k)  # [batch, 2k]
+        parent, token = flat // vocab, flat % vocab
+        cand_ids = tf.gather(alive_ids, parent, batch_dims=1)  # [batch, 2k, length]
+        cand_ids = tf.where(tf.equal(tf.range(length)[None, None, :], step), token[:, :, None], cand_ids)
+        is_eos = tf.equal(token, EOS_ID)
+        # The k best candidates that go on.
+        alive_logp, keep = tf.math.top_k(tf.where(is_eos, neg, cand_logp), k=k)
+        alive_ids = tf.gather(cand_ids, keep, batch_dims=1)
+        source = tf.reshape(tf.gather(parent, keep, batch_dims=1) + row_offsets, [rows])
+        caches, reordered = stepper.caches.reorder(caches, source)
+        with tf.control_dependencies(reordered):
+            # The next step's cache writes read alive_ids, so they wait for the reorder.
+            alive_ids = tf.identity(alive_ids)
+        # The k best finished hypotheses, old and new.
+        new_score = tf.where(is_eos, cand_logp / _length_penalty(step + 1, alpha), neg)
+        all_score = tf.concat([fin_score, new_score], axis=1)
+        fin_score, best = tf.math.top_k(all_score, k=k)
+        fin_ids = tf.gather(tf.concat([fin_ids, cand_ids], axis=1), best, batch_dims=1)
+        fin_logp = tf.gather(tf.concat([fin_logp, cand_logp], axis=1), best, batch_dims=1)
+        return (step + 1, alive_ids, alive_logp, fin_ids, fin_score, fin_logp, *caches)
+
+    def cond(step, alive_ids, alive_logp, fin_ids, fin_score, *_):  # noqa: ANN001, ANN202
+        best_possible = alive_logp[:, 0] / _length_penalty(length, alpha)
+        settled = fin_score[:, 0] >= best_possible
+        return (step < length) & ~tf.reduce_all(settled)
+
+    first = tf.concat([tf.zeros([batch, 1]), tf.fill([batch, k - 1], neg)], axis=1)
+    initial = (
+        tf.constant(0),
+        tf.zeros([batch, k, length], tf.int32),
+        first,
+        tf.zeros([batch, k, length], tf.int32),
+        tf.fill([batch, k], neg),
+        tf.fill([batch, k], neg),
+        *stepper.caches.loop_vars(),
+    )
+    _, alive_ids, alive_logp, fin_ids, fin_score, fin_logp, *_ = tf.while_loop(
+        cond, body, initial, parallel_iterations=1
+    )
+    finished = fin_score[:, 0] > neg / 2
+    ids = tf.where(finished[:, None], fin_ids[:, 0], alive_ids[:, 0])
+    return ids, tf.where(finished, fin_logp[:, 0], alive_logp[:, 0])
+
+
+def decode(w: Weights, inputs: tf.Tensor, settings: dict[str, Any], length: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """(ids, scores) for the model_fn's decode settings (see t2tcli.model)."""
+    reentrant = bool(settings.get("reentrant", False))
+    if int(settings["beam_size"]) > 1:
+        return beam_search(w, inputs, length, int(settings["beam_size"]), float(settings["alpha"]), reentrant)
+    return sample(w, inputs, length, float(settings["temperature"]), int(settings["top_k"]), reentrant)

@@ -1,0 +1,87 @@
+"""t2tcli.fast_decode computes what mesh-tensorflow's decode and scoring compute.
+
+Both engines run on the same trained toy checkpoint through the same Estimator
+contract; in float32 they must agree on teacher-forced scores, greedy and beam decodes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from toy_model import toy_model  # noqa: F401  (session fixture)
+
+from t2tcli import model, run_info
+from t2tcli.compat import tf
+from t2tcli.errors import UserError
+from t2tcli.vocab import EOS_ID, Vocabulary
+
+BATCH = 8
+TEXTS = ["d", "a b c", "e e a a b a", "j d g j g i g h d", "c", "f g c g h d e j", "b b b b", "i h g f e"]
+
+
+@pytest.fixture(scope="module")
+def toy(toy_model):  # noqa: F811
+    _, hp, _ = run_info.load(toy_model["model_dir"])
+    vocab = Vocabulary(f"{toy_model['model_dir']}/vocab.model")
+    ids = np.zeros([BATCH, hp.inputs_length], np.int32)
+    for row, text in enumerate(TEXTS):
+        x = vocab.encode(text) + [EOS_ID]
+        ids[row, : len(x)] = x
+    return toy_model["model_dir"], hp, vocab.vocab_size, ids
+
+
+def _predict(toy, engine: str, dtype: str = "float32", targets: np.ndarray | None = None, **decode):
+    model_dir, hp, vocab_size, ids = toy
+    hp = hp.copy()
+    hp.activation_dtype = dtype
+    decode = {"engine": engine, "max_decode_length": 16, **decode}
+    est = model.build_estimator(model_dir, hp, vocab_size, params={"decode": decode})
+    features = {"inputs": ids} if targets is None else {"inputs": ids, "targets": targets}
+    preds = list(est.predict(lambda params=None: tf.data.Dataset.from_tensor_slices(features).batch(BATCH, True)))
+    return np.stack([p["outputs"] for p in preds]), np.array([p["scores"] for p in preds])
+
+
+def test_teacher_forced_scores_match_mesh_tensorflow(toy):
+    ids = toy[3]
+    # The inputs themselves (the model's copy: likely) and a corrupted copy (unlikely).
+    targets = np.concatenate([ids[:4], np.where(ids[4:] > 1, 5, ids[4:])])
+    _, fast = _predict(toy, "fast", targets=targets)
+    _, mesh = _predict(toy, "mesh", targets=targets)
+    np.testing.assert_allclose(fast, mesh, rtol=1e-4, atol=1e-4)
+    assert fast[:4].mean() > fast[4:].mean()
+
+
+@pytest.mark.parametrize("decode", [{"beam_size": 1}, {"beam_size": 4, "alpha": 0.0}])
+def test_decodes_match_mesh_tensorflow(toy, decode):
+    fast_ids, fast_scores = _predict(toy, "fast", **decode)
+    mesh_ids, mesh_scores = _predict(toy, "mesh", **decode)
+    np.testing.assert_array_equal(fast_ids, mesh_ids)
+    np.testing.assert_allclose(fast_scores, mesh_scores, rtol=1e-4, atol=1e-4)
+    assert (fast_ids == EOS_ID).any(axis=1).all(), "every row of a trained copy model ends"
+
+
+def test_bfloat16_decodes_like_float32(toy):
+    ids32, scores32 = _predict(toy, "fast")
+    ids16, scores16 = _predict(toy, "fast", dtype="bfloat16")
+    assert (ids16 == ids32).all(axis=1).mean() >= 0.75
+    same = (ids16 == ids32).all(axis=1)
+    np.testing.assert_allclose(scores16[same], scores32[same], atol=0.1)
+
+
+def test_beam_with_length_penalty_and_sampling_keep_the_contract(toy):
+    for decode in ({"beam_size": 3, "alpha": 0.6}, {"temperature": 1.0, "top_k": 3}):
+        ids, scores = _predict(toy, "fast", **decode)
+        assert ids.shape == (BATCH, 16) and (scores <= 0).all()
+        for row in ids:
+            eos = np.flatnonzero(row == EOS_ID)
+            assert eos.size and not row[eos[0] + 1 :].any(), "ends with EOS, 0-padded after it"
+            assert (row[: eos[0]] > 1).all(), "no padding id inside a decode"
+
+
+def test_engine_fast_refuses_what_it_cannot_run(toy):
+    model_dir, hp, vocab_size, ids = toy
+    hp = hp.copy()
+    hp.ffn_activation = "elu"
+    est = model.build_estimator(model_dir, hp, vocab_size, params={"decode": {"engine": "fast"}})
+    with pytest.raises(UserError, match="ffn_activation='elu'"):
+        next(est.predict(lambda params=None: tf.data.Dataset.from_tensor_slices({"inputs": ids}).batch(BATCH, True)))
