@@ -292,16 +292,17 @@ class _Caches:
     """Self-attention keys and values of every decoder layer, [rows, heads, length, d_kv]
     float32, written one position per step.
 
-    In place (`reentrant=False`): local resource variables, scattered into without a
-    copy; the Estimator runs one batch at a time, so nothing else can see them. A
-    SavedModel may serve concurrent requests on one session, so export uses loop
-    tensors instead (`reentrant=True`), which cost a copy of each cache per step.
+    In place (`in_place=True`, greedy and sampling): local resource variables, scattered
+    into without a copy; the Estimator runs one batch at a time, so nothing else sees
+    them. Otherwise loop tensors: a SavedModel may serve concurrent requests on one
+    session, and beam search reorders rows every step anyway; there the rows are
+    gathered first (`source`), so the scatter writes into that fresh buffer.
     """
 
-    def __init__(self, layers: int, shape: list[int], reentrant: bool) -> None:
-        self.layers, self.shape, self.reentrant = layers, shape, reentrant
+    def __init__(self, layers: int, shape: list[int], in_place: bool) -> None:
+        self.layers, self.shape = layers, shape
         self.variables = []
-        if not reentrant:
+        if in_place:
             with tf1.variable_scope(None, default_name="decode_cache"):
                 self.variables = [self._variable(i, shape) for i in range(2 * layers)]
 
@@ -321,27 +322,23 @@ class _Caches:
         """What the decode loop carries for the caches (nothing when they are variables)."""
         return [] if self.variables else [tf.zeros(self.shape) for _ in range(2 * self.layers)]
 
-    def write(self, state: list[tf.Tensor], i: int, where: tf.Tensor, k: tf.Tensor, v: tf.Tensor) -> list[tf.Tensor]:
-        """Layer i's keys and values with k, v [rows, heads, d_kv] written at `where`."""
+    def write(
+        self, state: list[tf.Tensor], i: int, where: tf.Tensor, k: tf.Tensor, v: tf.Tensor, source: tf.Tensor | None
+    ) -> list[tf.Tensor]:
+        """Layer i's keys and values, rows taken from `source` (None: as they are), with
+        k, v [rows, heads, d_kv] written at `where`."""
         if not self.variables:
-            return [tf.tensor_scatter_nd_update(state[2 * i + j], where, x) for j, x in enumerate((k, v))]
+            out = []
+            for j, x in enumerate((k, v)):
+                cache = state[2 * i + j] if source is None else tf.gather(state[2 * i + j], source)
+                out.append(tf.tensor_scatter_nd_update(cache, where, x))
+            return out
         out = []
         for j, x in enumerate((k, v)):
             var = self.variables[2 * i + j]
             with tf.control_dependencies([tf1.scatter_nd_update(var, where, x)]):
                 out.append(var.read_value())
         return out
-
-    def reorder(self, state: list[tf.Tensor], source: tf.Tensor) -> tuple[list[tf.Tensor], list[tf.Operation]]:
-        """Rows gathered from `source` (beam search): (new loop state, ops to wait for)."""
-        if not self.variables:
-            return [tf.gather(c, source) for c in state], []
-        ops = []
-        for var in self.variables:
-            # `source` comes from this step's logits, so reading after it reads this step's writes.
-            with tf.control_dependencies([source]):
-                ops.append(var.assign(tf.gather(var.read_value(), source)).op)
-        return [], ops
 
 
 class _Stepper:
@@ -351,7 +348,7 @@ class _Stepper:
     the ones not written yet hidden by the causal bias.
     """
 
-    def __init__(self, w: Weights, enc: Encoded, rows: int, length: int, reentrant: bool) -> None:
+    def __init__(self, w: Weights, enc: Encoded, rows: int, length: int, in_place: bool) -> None:
         self.w, self.rows, self.length = w, rows, length
         dims = w.dims
         # Attention runs in float32 (as mesh-tf's logits do), so cached and encoder keys
@@ -361,7 +358,7 @@ class _Stepper:
         )
         self.bias = position_bias(w.decoder_bias, length, length, bidirectional=False)
         self.grid = tf.stack(tf.meshgrid(tf.range(rows), tf.range(dims.num_heads), indexing="ij"), axis=-1)
-        self.caches = _Caches(len(w.decoder), [rows, dims.num_heads, length, dims.d_kv], reentrant)
+        self.caches = _Caches(len(w.decoder), [rows, dims.num_heads, length, dims.d_kv], in_place)
 
     def _attend(self, q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
         """q [rows, heads, d_kv] over k, v [rows, heads, length, d_kv] -> [rows, heads * d_kv]."""
@@ -369,8 +366,11 @@ class _Stepper:
         o = tf.matmul(tf.nn.softmax(logits), v)
         return tf.cast(tf.reshape(o, [self.rows, self.w.dims.inner]), self.w.dims.dtype)
 
-    def __call__(self, step: tf.Tensor, ids: tf.Tensor, state: list[tf.Tensor]) -> tuple[tf.Tensor, list[tf.Tensor]]:
-        """(float32 logits [rows, vocab] for the token after `ids` [rows], new cache state)."""
+    def __call__(
+        self, step: tf.Tensor, ids: tf.Tensor, state: list[tf.Tensor], source: tf.Tensor | None = None
+    ) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        """(float32 logits [rows, vocab] for the token after `ids` [rows], new cache state);
+        `source`: the row each row continues (beam search)."""
         w, dims = self.w, self.w.dims
         where = tf.concat([self.grid, tf.fill([self.rows, dims.num_heads, 1], step)], axis=-1)
         bias = tf.gather(self.bias, step, axis=1)[None, :, None, :]  # [1, heads, 1, length]
@@ -380,7 +380,7 @@ class _Stepper:
             h = _rms_norm(x, layer["self_norm"])
             qkv = tf.reshape(tf.matmul(h, layer["self"]["qkv"]), [self.rows, 3, dims.num_heads, dims.d_kv])
             q, k, v = qkv[:, 0], tf.cast(qkv[:, 1], tf.float32), tf.cast(qkv[:, 2], tf.float32)
-            keys, values = self.caches.write(state, i, where, k, v)
+            keys, values = self.caches.write(state, i, where, k, v, source)
             if not self.caches.variables:
                 new_state += [keys, values]
             x = x + tf.matmul(self._attend(q, keys, values, bias), layer["self"]["o"])
@@ -410,7 +410,7 @@ def sample(
 
     `reentrant`: see _Caches."""
     rows = int(inputs.shape[0])
-    stepper = _Stepper(w, encode(w, inputs), rows, length, reentrant)
+    stepper = _Stepper(w, encode(w, inputs), rows, length, in_place=not reentrant)
 
     def body(step, prev, done, total, ids, *caches):  # noqa: ANN001, ANN202
         logits, caches = stepper(step, prev, list(caches))
@@ -448,26 +448,27 @@ def _length_penalty(length: tf.Tensor, alpha: float) -> tf.Tensor:
 
 
 def beam_search(
-    w: Weights, inputs: tf.Tensor, length: int, beam_size: int, alpha: float, reentrant: bool = False
+    w: Weights, inputs: tf.Tensor, length: int, beam_size: int, alpha: float
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Beam search: (int32 [batch, length] ids of each row's best finished hypothesis, by
     log-probability / ((5 + length) / 6) ** alpha; float32 [batch] its log-probability).
 
     A row with no hypothesis ending in EOS within `length` steps gets its most probable
     unfinished one. The loop stops when no unfinished hypothesis of any row can still
-    beat that row's best finished one. `reentrant`: see _Caches.
+    beat that row's best finished one. Caches are reordered as they are written, so
+    beam search never needs shared state (see _Caches) and is always reentrant.
     """
     batch, k = int(inputs.shape[0]), beam_size
     rows = batch * k
-    stepper = _Stepper(w, encode(w, inputs).repeat(k), rows, length, reentrant)
+    stepper = _Stepper(w, encode(w, inputs).repeat(k), rows, length, in_place=False)
     vocab = int(w.embedding.shape[0])
     neg = tf.constant(-1e30)
     row_offsets = tf.range(batch)[:, None] * k  # [batch, 1]
 
-    def body(step, alive_ids, alive_logp, fin_ids, fin_score, fin_logp, *caches):  # noqa: ANN001, ANN202
+    def body(step, source, alive_ids, alive_logp, fin_ids, fin_score, fin_logp, *caches):  # noqa: ANN001, ANN202
         prev = tf.reshape(tf.gather(alive_ids, tf.maximum(step - 1, 0), axis=2), [rows])
         prev = tf.where(step > 0, prev, 0)
-        logits, caches = stepper(step, prev, list(caches))
+        logits, caches = stepper(step, prev, list(caches), source)
         logp = tf.nn.log_softmax(logits)
         logp = tf.reshape(tf.maximum(_without_padding(logp), neg), [batch, k, vocab])
         candidates = tf.reshape(alive_logp[:, :, None] + logp, [batch, k * vocab])
@@ -480,19 +481,15 @@ def beam_search(
         alive_logp, keep = tf.math.top_k(tf.where(is_eos, neg, cand_logp), k=k)
         alive_ids = tf.gather(cand_ids, keep, batch_dims=1)
         source = tf.reshape(tf.gather(parent, keep, batch_dims=1) + row_offsets, [rows])
-        caches, reordered = stepper.caches.reorder(caches, source)
-        with tf.control_dependencies(reordered):
-            # The next step's cache writes read alive_ids, so they wait for the reorder.
-            alive_ids = tf.identity(alive_ids)
         # The k best finished hypotheses, old and new.
         new_score = tf.where(is_eos, cand_logp / _length_penalty(step + 1, alpha), neg)
         all_score = tf.concat([fin_score, new_score], axis=1)
         fin_score, best = tf.math.top_k(all_score, k=k)
         fin_ids = tf.gather(tf.concat([fin_ids, cand_ids], axis=1), best, batch_dims=1)
         fin_logp = tf.gather(tf.concat([fin_logp, cand_logp], axis=1), best, batch_dims=1)
-        return (step + 1, alive_ids, alive_logp, fin_ids, fin_score, fin_logp, *caches)
+        return (step + 1, source, alive_ids, alive_logp, fin_ids, fin_score, fin_logp, *caches)
 
-    def cond(step, alive_ids, alive_logp, fin_ids, fin_score, *_):  # noqa: ANN001, ANN202
+    def cond(step, source, alive_ids, alive_logp, fin_ids, fin_score, *_):  # noqa: ANN001, ANN202
         best_possible = alive_logp[:, 0] / _length_penalty(length, alpha)
         settled = fin_score[:, 0] >= best_possible
         return (step < length) & ~tf.reduce_all(settled)
@@ -500,6 +497,7 @@ def beam_search(
     first = tf.concat([tf.zeros([batch, 1]), tf.fill([batch, k - 1], neg)], axis=1)
     initial = (
         tf.constant(0),
+        tf.range(rows),
         tf.zeros([batch, k, length], tf.int32),
         first,
         tf.zeros([batch, k, length], tf.int32),
@@ -507,7 +505,7 @@ def beam_search(
         tf.fill([batch, k], neg),
         *stepper.caches.loop_vars(),
     )
-    _, alive_ids, alive_logp, fin_ids, fin_score, fin_logp, *_ = tf.while_loop(
+    _, _, alive_ids, alive_logp, fin_ids, fin_score, fin_logp, *_ = tf.while_loop(
         cond, body, initial, parallel_iterations=1
     )
     finished = fin_score[:, 0] > neg / 2
@@ -517,7 +515,7 @@ def beam_search(
 
 def decode(w: Weights, inputs: tf.Tensor, settings: dict[str, Any], length: int) -> tuple[tf.Tensor, tf.Tensor]:
     """(ids, scores) for the model_fn's decode settings (see t2tcli.model)."""
-    reentrant = bool(settings.get("reentrant", False))
     if int(settings["beam_size"]) > 1:
-        return beam_search(w, inputs, length, int(settings["beam_size"]), float(settings["alpha"]), reentrant)
+        return beam_search(w, inputs, length, int(settings["beam_size"]), float(settings["alpha"]))
+    reentrant = bool(settings.get("reentrant", False))
     return sample(w, inputs, length, float(settings["temperature"]), int(settings["top_k"]), reentrant)

@@ -143,6 +143,17 @@ def test_decode_hparams_validation():
         decoding.parse_decode_hparams("beam=4")
     with pytest.raises(UserError, match="does not sample"):
         decoding.parse_decode_hparams("beam_size=4,temperature=1.0")
+    with pytest.raises(UserError, match="engine=tpu is not one of auto, fast, mesh"):
+        decoding.parse_decode_hparams("engine=tpu")
+    params = decoding.estimator_params(decoding.parse_decode_hparams("engine=mesh,beam_size=2"))
+    assert params == {
+        "beam_size": 2,
+        "alpha": 0.6,
+        "temperature": 0.0,
+        "top_k": 0,
+        "max_decode_length": 0,
+        "engine": "mesh",
+    }
 
 
 def test_read_lines_stdin_and_crlf(monkeypatch, tmp_path):
