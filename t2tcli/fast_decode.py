@@ -290,13 +290,13 @@ def score(w: Weights, inputs: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
 
 class _Caches:
     """Self-attention keys and values of every decoder layer, [rows, heads, length, d_kv]
-    float32, written one position per step.
+    float32, one position more each step.
 
-    In place (`in_place=True`, greedy and sampling): local resource variables, scattered
-    into without a copy; the Estimator runs one batch at a time, so nothing else sees
-    them. Otherwise loop tensors: a SavedModel may serve concurrent requests on one
-    session, and beam search reorders rows every step anyway; there the rows are
-    gathered first (`source`), so the scatter writes into that fresh buffer.
+    In place (`in_place=True`, greedy and sampling): local resource variables of the
+    longest length, scattered into without a copy; the Estimator runs one batch at a
+    time, so nothing else sees them. Otherwise loop tensors that grow by one position
+    per step (a copy of what is there so far): a SavedModel may serve concurrent
+    requests on one session, and beam search reorders rows every step anyway (`source`).
     """
 
     def __init__(self, layers: int, shape: list[int], in_place: bool) -> None:
@@ -320,18 +320,26 @@ class _Caches:
 
     def loop_vars(self) -> list[tf.Tensor]:
         """What the decode loop carries for the caches (nothing when they are variables)."""
-        return [] if self.variables else [tf.zeros(self.shape) for _ in range(2 * self.layers)]
+        if self.variables:
+            return []
+        rows, heads, _, d_kv = self.shape
+        return [tf.zeros([rows, heads, 0, d_kv]) for _ in range(2 * self.layers)]
+
+    def loop_shapes(self) -> list[tf.TensorShape]:
+        """shape_invariants of loop_vars()."""
+        rows, heads, _, d_kv = self.shape
+        return [tf.TensorShape([rows, heads, None, d_kv]) for _ in self.loop_vars()]
 
     def write(
         self, state: list[tf.Tensor], i: int, where: tf.Tensor, k: tf.Tensor, v: tf.Tensor, source: tf.Tensor | None
     ) -> list[tf.Tensor]:
         """Layer i's keys and values, rows taken from `source` (None: as they are), with
-        k, v [rows, heads, d_kv] written at `where`."""
+        k, v [rows, heads, d_kv] written at `where` (variables) or appended (loop tensors)."""
         if not self.variables:
             out = []
             for j, x in enumerate((k, v)):
                 cache = state[2 * i + j] if source is None else tf.gather(state[2 * i + j], source)
-                out.append(tf.tensor_scatter_nd_update(cache, where, x))
+                out.append(tf.concat([cache, x[:, :, None, :]], axis=2))
             return out
         out = []
         for j, x in enumerate((k, v)):
@@ -344,8 +352,8 @@ class _Caches:
 class _Stepper:
     """One incremental decoder step for `rows` rows with caches of `length` positions.
 
-    A step writes its keys and values at its position and attends over all positions,
-    the ones not written yet hidden by the causal bias.
+    A step writes its keys and values at its position and attends over the positions
+    up to it.
     """
 
     def __init__(self, w: Weights, enc: Encoded, rows: int, length: int, in_place: bool) -> None:
@@ -373,7 +381,10 @@ class _Stepper:
         `source`: the row each row continues (beam search)."""
         w, dims = self.w, self.w.dims
         where = tf.concat([self.grid, tf.fill([self.rows, dims.num_heads, 1], step)], axis=-1)
-        bias = tf.gather(self.bias, step, axis=1)[None, :, None, :]  # [1, heads, 1, length]
+        # Attention reads only the positions written so far, so a step costs what its
+        # position needs, not what the longest allowed output would.
+        seen = step + 1
+        bias = tf.gather(self.bias, step, axis=1)[None, :, None, :seen]  # [1, heads, 1, seen]
         x = tf.gather(w.embedding, ids)
         new_state = []
         for i, layer in enumerate(w.decoder):
@@ -383,12 +394,20 @@ class _Stepper:
             keys, values = self.caches.write(state, i, where, k, v, source)
             if not self.caches.variables:
                 new_state += [keys, values]
-            x = x + tf.matmul(self._attend(q, keys, values, bias), layer["self"]["o"])
+            o = self._attend(q, keys[:, :, :seen], values[:, :, :seen], bias)
+            x = x + tf.matmul(o, layer["self"]["o"])
             h = _rms_norm(x, layer["cross_norm"])
             q = tf.reshape(tf.matmul(h, layer["cross"]["q"]), [self.rows, dims.num_heads, dims.d_kv])
             o = self._attend(q, self.enc.keys[i], self.enc.values[i], self.enc.bias)
             x = _ffn(w, layer, x + tf.matmul(o, layer["cross"]["o"]))
         return _logits(w, x), new_state
+
+
+def _while(cond: Callable, body: Callable, initial: tuple, caches: _Caches) -> list[tf.Tensor]:
+    """tf.while_loop over `initial`, whose last values are the caches' loop_vars()."""
+    shapes = caches.loop_shapes()
+    fixed = [t.shape for t in initial[: len(initial) - len(shapes)]]
+    return tf.while_loop(cond, body, initial, shape_invariants=(*fixed, *shapes), parallel_iterations=1)
 
 
 def _without_padding(logits: tf.Tensor) -> tf.Tensor:
@@ -439,7 +458,7 @@ def sample(
         tf.zeros([rows, length], tf.int32),
         *stepper.caches.loop_vars(),
     )
-    out = tf.while_loop(cond, body, initial, parallel_iterations=1)
+    out = _while(cond, body, initial, stepper.caches)
     return out[4], out[3]
 
 
@@ -505,9 +524,7 @@ def beam_search(
         tf.fill([batch, k], neg),
         *stepper.caches.loop_vars(),
     )
-    _, _, alive_ids, alive_logp, fin_ids, fin_score, fin_logp, *_ = tf.while_loop(
-        cond, body, initial, parallel_iterations=1
-    )
+    _, _, alive_ids, alive_logp, fin_ids, fin_score, fin_logp, *_ = _while(cond, body, initial, stepper.caches)
     finished = fin_score[:, 0] > neg / 2
     ids = tf.where(finished[:, None], fin_ids[:, 0], alive_ids[:, 0])
     return ids, tf.where(finished, fin_logp[:, 0], alive_logp[:, 0])
