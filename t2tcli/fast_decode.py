@@ -11,8 +11,8 @@ projection, encoder-decoder keys and values computed once, scores summed while
 decoding, and a loop that stops when every row has ended.
 
 The model_fn uses it for PREDICT on a one-device mesh; TPUs and model-parallel meshes
-keep mesh-tensorflow's decode. `tests/test_fast_decode.py` checks both give the same
-logits, decodes and scores.
+keep mesh-tensorflow's decode. `tests/test_fast_decode.py` checks that both give the
+same teacher-forced scores and the same greedy and beam decodes.
 """
 
 from __future__ import annotations
@@ -60,7 +60,6 @@ class Dims:
     d_model: int
     num_heads: int
     d_kv: int
-    num_buckets: int
     dtype: tf.DType
 
     @property
@@ -79,9 +78,7 @@ class Weights:
     def __init__(self, hp: HParams, vocab_size: int) -> None:
         # mesh-tf pads the vocabulary to a multiple of vocab_divisor.
         vocab_size = -(-vocab_size // hp.vocab_divisor) * hp.vocab_divisor
-        self.dims = Dims(
-            hp.d_model, hp.num_heads, hp.d_kv, hp.relative_attention_num_buckets, tf.as_dtype(hp.activation_dtype)
-        )
+        self.dims = Dims(hp.d_model, hp.num_heads, hp.d_kv, tf.as_dtype(hp.activation_dtype))
         self.activation = ACTIVATIONS[hp.ffn_activation]
         d, inner = hp.d_model, self.dims.inner
         cast = self.cast
@@ -129,9 +126,15 @@ class Weights:
                 }
             )
         buckets = [hp.num_heads, hp.relative_attention_num_buckets]
-        # "bias_shared": each stack's first layer holds the one relative-position bias.
-        self.encoder_bias = _variable("encoder/block_000/layer_000/SelfAttention/relative_attention_bias", buckets)
-        self.decoder_bias = _variable("decoder/block_000/layer_000/SelfAttention/relative_attention_bias", buckets)
+        # "bias_shared": each stack's first layer holds the one relative-position bias. It
+        # is added to float32 logits, rounded to the activation dtype first as mesh-tf does.
+        self.encoder_bias, self.decoder_bias = (
+            tf.cast(
+                cast(_variable(f"{side}/block_000/layer_000/SelfAttention/relative_attention_bias", buckets)),
+                tf.float32,
+            )
+            for side in ("encoder", "decoder")
+        )
         self.encoder_final_norm = cast(_variable("encoder/rms_norm/scale", [d]))
         self.decoder_final_norm = cast(_variable("decoder/rms_norm/scale", [d]))
 
