@@ -15,7 +15,8 @@ outside its timer); end-to-end wall times are reported too.
     python bench/decode.py --hparams_set=mtf_transformer_small --lines=512
 
 Needs the `bench` extra (torch, transformers). Prints a table and the ratio of
-sentences/s (t2t / peer) for greedy and beam search.
+sentences/s (t2t / peer) for greedy and beam search; the `t2t-decode (mesh)` rows run
+the same model through mesh-tensorflow's own decode loop (`engine=mesh`) for scale.
 """
 
 from __future__ import annotations
@@ -69,14 +70,14 @@ def make_inputs(n: int, max_words: int, seed: int) -> list[str]:
     return [" ".join(rng.choice("abcdefghij") for _ in range(rng.randint(1, max_words))) for _ in range(n)]
 
 
-def run_t2t(model_dir: Path, src: Path, beam: int, batch: int, length: int) -> tuple[dict, list[str]]:
+def run_t2t(model_dir: Path, src: Path, beam: int, batch: int, length: int, engine: str) -> tuple[dict, list[str]]:
     started = time.monotonic()
     proc = binary(
         "t2t-decode",
         f"--model_dir={model_dir}",
         f"--decode_from_file={src}",
         "--decode_to_file=-",
-        f"--decode_hparams=beam_size={beam},alpha=0.6,batch_size={batch},max_decode_length={length}",
+        f"--decode_hparams=beam_size={beam},alpha=0.6,batch_size={batch},max_decode_length={length},engine={engine}",
     )
     wall = time.monotonic() - started
     match = SUMMARY.search(proc.stderr)
@@ -135,6 +136,11 @@ def main() -> None:
     parser.add_argument("--max_decode_length", type=int, default=32)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--beams", default="1,4")
+    parser.add_argument(
+        "--mesh_engine",
+        action="store_true",
+        help="also time t2t-decode with engine=mesh (mesh-tensorflow's decode loop)",
+    )
     parser.add_argument("--train_steps", type=int, default=300, help="training of t2t-decode's model")
     parser.add_argument(
         "--train_hparams", default="batch_size=16", help="extra hparams for that training (decoding ignores batch_size)"
@@ -169,7 +175,7 @@ def main() -> None:
         ids = [vocab.encode(x)[: hp["inputs_length"] - 1] + [EOS_ID] for x in lines]
         results = []
         for beam in [int(b) for b in args.beams.split(",")]:
-            ours, outputs = run_t2t(model_dir, src, beam, args.batch_size, args.max_decode_length)
+            ours, outputs = run_t2t(model_dir, src, beam, args.batch_size, args.max_decode_length, "auto")
             steps = [min(len(vocab.encode(o)) + 1, args.max_decode_length) for o in outputs]
             batches = peer_batches(ids, steps, args.batch_size)
             # The peer gets the better of its float32 and bfloat16 runs (on CPU, PyTorch's
@@ -185,17 +191,25 @@ def main() -> None:
                 r["tokens_per_s"] = r["tokens"] / r["decode_s"]
                 results.append(r)
             results[-2]["ratio_vs_peer"] = ours["sentences_per_s"] / peer["sentences_per_s"]
+            if args.mesh_engine:
+                mesh, _ = run_t2t(model_dir, src, beam, args.batch_size, args.max_decode_length, "mesh")
+                mesh.update(
+                    system="t2t-decode (mesh)", beam=beam, dtype=dtype, sentences_per_s=mesh["lines"] / mesh["decode_s"]
+                )
+                mesh["tokens_per_s"] = mesh["tokens"] / mesh["decode_s"]
+                mesh["ratio_vs_peer"] = mesh["sentences_per_s"] / peer["sentences_per_s"]
+                results.append(mesh)
     hp_name = f"model_dir {args.model_dir}" if args.model_dir else args.hparams_set
     shape = {k: hp[k] for k in ("d_model", "d_ff", "num_heads", "d_kv", "num_encoder_layers", "num_decoder_layers")}
     print(
         f"{hp_name} {shape} vocab={padded_vocab}, {args.lines} lines, "
         f"batch {args.batch_size}, {args.max_decode_length} decode steps, {os.cpu_count()} CPUs"
     )
-    print(f"{'system':<16}{'dtype':>9}{'beam':>5}{'sent/s':>10}{'tok/s':>10}{'decode s':>10}{'wall s':>9}{'ratio':>8}")
+    print(f"{'system':<20}{'dtype':>9}{'beam':>5}{'sent/s':>10}{'tok/s':>10}{'decode s':>10}{'wall s':>9}{'ratio':>8}")
     for r in results:
         ratio = f"{r['ratio_vs_peer']:.2f}x" if "ratio_vs_peer" in r else ""
         print(
-            f"{r['system']:<16}{r['dtype']:>9}{r['beam']:>5}{r['sentences_per_s']:>10.1f}{r['tokens_per_s']:>10.1f}"
+            f"{r['system']:<20}{r['dtype']:>9}{r['beam']:>5}{r['sentences_per_s']:>10.1f}{r['tokens_per_s']:>10.1f}"
             f"{r['decode_s']:>10.2f}{r['wall_s']:>9.1f}{ratio:>8}"
         )
     if args.json:
