@@ -80,8 +80,7 @@ def serving_model_fn(model_fn: Any, proto: bytes, vocab_size: int) -> Any:
 
 def export(model: LoadedModel, export_dir: str, checkpoint_path: str, decode: dict[str, Any], batch_size: int) -> str:
     """Writes a SavedModel under export_dir/<timestamp> (TF Serving's version layout)."""
-    # A SavedModel may serve concurrent requests on one session: no shared decode caches.
-    inner = build_estimator(model, {**decode, "reentrant": True})
+    inner = build_estimator(model, decode)
     proto = model.vocab.model_proto
     estimator = tf.estimator.Estimator(
         model_fn=serving_model_fn(inner.model_fn, proto, model.vocab.vocab_size),

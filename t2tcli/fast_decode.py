@@ -6,7 +6,7 @@ step (multiplied by one-hot masks), every step runs many small einsums and
 transposes, the greedy loop first runs a full decoder pass over zeros to shape its
 caches, and scores need a second, teacher-forced pass. This module computes the same
 function from the same variables (T5 v1.0's layer layout, as `t2tcli.gin_bindings`
-configures it): caches written in place at the step's position, one fused q/k/v
+configures it): caches that grow by one position per step, one fused q/k/v
 projection, encoder-decoder keys and values computed once, scores summed while
 decoding, and a loop that stops when every row has ended.
 
@@ -292,75 +292,43 @@ def score(w: Weights, inputs: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
 
 
 class _Caches:
-    """Self-attention keys and values of every decoder layer, [rows, heads, length, d_kv]
-    float32, one position more each step.
+    """Self-attention keys and values of every decoder layer, [rows, heads, steps so far,
+    d_kv] float32, carried by the decode loop and one position longer each step.
 
-    In place (`in_place=True`, greedy and sampling): local resource variables of the
-    longest length, scattered into without a copy; the Estimator runs one batch at a
-    time, so nothing else sees them. Otherwise loop tensors that grow by one position
-    per step (a copy of what is there so far): a SavedModel may serve concurrent
-    requests on one session, and beam search reorders rows every step anyway (`source`).
+    Appending copies what is there so far, so a step costs what its position needs, not
+    what the longest allowed output would (T5's 512 positions). Loop tensors, rather
+    than variables written in place, keep the graph free of shared state: a SavedModel
+    may serve concurrent requests on one session; on this CPU they also measured faster.
     """
 
-    def __init__(self, layers: int, shape: list[int], in_place: bool) -> None:
-        self.layers, self.shape = layers, shape
-        self.variables = []
-        if in_place:
-            with tf1.variable_scope(None, default_name="decode_cache"):
-                self.variables = [self._variable(i, shape) for i in range(2 * layers)]
-
-    @staticmethod
-    def _variable(i: int, shape: list[int]) -> tf.Variable:
-        return tf1.get_variable(
-            f"{i}",
-            shape,
-            tf.float32,
-            initializer=tf1.zeros_initializer(),
-            trainable=False,
-            use_resource=True,
-            collections=[tf1.GraphKeys.LOCAL_VARIABLES],
-        )
+    def __init__(self, layers: int, rows: int, heads: int, d_kv: int) -> None:
+        self.layers, self.rows, self.heads, self.d_kv = layers, rows, heads, d_kv
 
     def loop_vars(self) -> list[tf.Tensor]:
-        """What the decode loop carries for the caches (nothing when they are variables)."""
-        if self.variables:
-            return []
-        rows, heads, _, d_kv = self.shape
-        return [tf.zeros([rows, heads, 0, d_kv]) for _ in range(2 * self.layers)]
+        return [tf.zeros([self.rows, self.heads, 0, self.d_kv]) for _ in range(2 * self.layers)]
 
     def loop_shapes(self) -> list[tf.TensorShape]:
         """shape_invariants of loop_vars()."""
-        rows, heads, _, d_kv = self.shape
-        return [tf.TensorShape([rows, heads, None, d_kv]) for _ in self.loop_vars()]
+        return [tf.TensorShape([self.rows, self.heads, None, self.d_kv]) for _ in range(2 * self.layers)]
 
-    def write(
-        self, state: list[tf.Tensor], i: int, where: tf.Tensor, k: tf.Tensor, v: tf.Tensor, source: tf.Tensor | None
-    ) -> list[tf.Tensor]:
+    @staticmethod
+    def append(
+        state: list[tf.Tensor], i: int, k: tf.Tensor, v: tf.Tensor, source: tf.Tensor | None
+    ) -> tuple[tf.Tensor, tf.Tensor]:
         """Layer i's keys and values, rows taken from `source` (None: as they are), with
-        k, v [rows, heads, d_kv] written at `where` (variables) or appended (loop tensors)."""
-        if not self.variables:
-            out = []
-            for j, x in enumerate((k, v)):
-                cache = state[2 * i + j] if source is None else tf.gather(state[2 * i + j], source)
-                out.append(tf.concat([cache, x[:, :, None, :]], axis=2))
-            return out
+        k, v [rows, heads, d_kv] appended."""
         out = []
         for j, x in enumerate((k, v)):
-            var = self.variables[2 * i + j]
-            with tf.control_dependencies([tf1.scatter_nd_update(var, where, x)]):
-                out.append(var.read_value())
-        return out
+            cache = state[2 * i + j] if source is None else tf.gather(state[2 * i + j], source)
+            out.append(tf.concat([cache, x[:, :, None, :]], axis=2))
+        return out[0], out[1]
 
 
 class _Stepper:
-    """One incremental decoder step for `rows` rows with caches of `length` positions.
+    """One incremental decoder step for `rows` rows, up to `length` steps."""
 
-    A step writes its keys and values at its position and attends over the positions
-    up to it.
-    """
-
-    def __init__(self, w: Weights, enc: Encoded, rows: int, length: int, in_place: bool) -> None:
-        self.w, self.rows, self.length = w, rows, length
+    def __init__(self, w: Weights, enc: Encoded, rows: int, length: int) -> None:
+        self.w, self.rows = w, rows
         dims = w.dims
         # Attention runs in float32 (as mesh-tf's logits do), so cached and encoder keys
         # and values are kept in float32 rather than cast each step.
@@ -368,8 +336,7 @@ class _Stepper:
             [tf.cast(k, tf.float32) for k in enc.keys], [tf.cast(v, tf.float32) for v in enc.values], enc.bias
         )
         self.bias = position_bias(w.decoder_bias, length, length, bidirectional=False)
-        self.grid = tf.stack(tf.meshgrid(tf.range(rows), tf.range(dims.num_heads), indexing="ij"), axis=-1)
-        self.caches = _Caches(len(w.decoder), [rows, dims.num_heads, length, dims.d_kv], in_place)
+        self.caches = _Caches(len(w.decoder), rows, dims.num_heads, dims.d_kv)
 
     def _attend(self, q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
         """q [rows, heads, d_kv] over k, v [rows, heads, length, d_kv] -> [rows, heads * d_kv]."""
@@ -383,22 +350,16 @@ class _Stepper:
         """(float32 logits [rows, vocab] for the token after `ids` [rows], new cache state);
         `source`: the row each row continues (beam search)."""
         w, dims = self.w, self.w.dims
-        where = tf.concat([self.grid, tf.fill([self.rows, dims.num_heads, 1], step)], axis=-1)
-        # Attention reads only the positions written so far, so a step costs what its
-        # position needs, not what the longest allowed output would.
-        seen = step + 1
-        bias = tf.gather(self.bias, step, axis=1)[None, :, None, :seen]  # [1, heads, 1, seen]
+        bias = tf.gather(self.bias, step, axis=1)[None, :, None, : step + 1]  # [1, heads, 1, step + 1]
         x = tf.gather(w.embedding, ids)
         new_state = []
         for i, layer in enumerate(w.decoder):
             h = _rms_norm(x, layer["self_norm"])
             qkv = tf.reshape(tf.matmul(h, layer["self"]["qkv"]), [self.rows, 3, dims.num_heads, dims.d_kv])
             q, k, v = qkv[:, 0], tf.cast(qkv[:, 1], tf.float32), tf.cast(qkv[:, 2], tf.float32)
-            keys, values = self.caches.write(state, i, where, k, v, source)
-            if not self.caches.variables:
-                new_state += [keys, values]
-            o = self._attend(q, keys[:, :, :seen], values[:, :, :seen], bias)
-            x = x + tf.matmul(o, layer["self"]["o"])
+            keys, values = self.caches.append(state, i, k, v, source)
+            new_state += [keys, values]
+            x = x + tf.matmul(self._attend(q, keys, values, bias), layer["self"]["o"])
             h = _rms_norm(x, layer["cross_norm"])
             q = tf.reshape(tf.matmul(h, layer["cross"]["q"]), [self.rows, dims.num_heads, dims.d_kv])
             o = self._attend(q, self.enc.keys[i], self.enc.values[i], self.enc.bias)
@@ -425,14 +386,12 @@ def _top_k_filter(logits: tf.Tensor, top_k: int) -> tf.Tensor:
 
 
 def sample(
-    w: Weights, inputs: tf.Tensor, length: int, temperature: float = 0.0, top_k: int = 0, reentrant: bool = False
+    w: Weights, inputs: tf.Tensor, length: int, temperature: float = 0.0, top_k: int = 0
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Greedy (temperature 0) or sampled decode: (int32 [batch, length] ids, 0 after the
-    first EOS; float32 [batch] sum of the model's log-probabilities of those ids).
-
-    `reentrant`: see _Caches."""
+    first EOS; float32 [batch] sum of the model's log-probabilities of those ids)."""
     rows = int(inputs.shape[0])
-    stepper = _Stepper(w, encode(w, inputs), rows, length, in_place=not reentrant)
+    stepper = _Stepper(w, encode(w, inputs), rows, length)
 
     def body(step, prev, done, total, ids, *caches):  # noqa: ANN001, ANN202
         logits, caches = stepper(step, prev, list(caches))
@@ -477,12 +436,12 @@ def beam_search(
 
     A row with no hypothesis ending in EOS within `length` steps gets its most probable
     unfinished one. The loop stops when no unfinished hypothesis of any row can still
-    beat that row's best finished one. Caches are reordered as they are written, so
-    beam search never needs shared state (see _Caches) and is always reentrant.
+    beat that row's best finished one. Cache rows follow their hypotheses as the next
+    step appends to them.
     """
     batch, k = int(inputs.shape[0]), beam_size
     rows = batch * k
-    stepper = _Stepper(w, encode(w, inputs).repeat(k), rows, length, in_place=False)
+    stepper = _Stepper(w, encode(w, inputs).repeat(k), rows, length)
     vocab = int(w.embedding.shape[0])
     neg = tf.constant(-1e30)
     row_offsets = tf.range(batch)[:, None] * k  # [batch, 1]
@@ -537,5 +496,4 @@ def decode(w: Weights, inputs: tf.Tensor, settings: dict[str, Any], length: int)
     """(ids, scores) for the model_fn's decode settings (see t2tcli.model)."""
     if int(settings["beam_size"]) > 1:
         return beam_search(w, inputs, length, int(settings["beam_size"]), float(settings["alpha"]))
-    reentrant = bool(settings.get("reentrant", False))
-    return sample(w, inputs, length, float(settings["temperature"]), int(settings["top_k"]), reentrant)
+    return sample(w, inputs, length, float(settings["temperature"]), int(settings["top_k"]))

@@ -60,9 +60,8 @@ PACKING_SUFFIXES = ("_segmentation", "_position")
 DECODE_KEYS = ("beam_size", "alpha", "temperature", "top_k", "max_decode_length")
 # Not hparams: callers that only need decoded ids pass {"compute_scores": False} (which only
 # the mesh-tf engine needs: t2tcli.fast_decode's scores are free); "engine" picks the decode
-# implementation: "auto" (t2tcli.fast_decode where it applies), "fast" or "mesh"; a graph
-# that may serve concurrent requests (export) passes {"reentrant": True}.
-DECODE_DEFAULTS = {"compute_scores": True, "engine": "auto", "reentrant": False}
+# implementation: "auto" (t2tcli.fast_decode where it applies), "fast" or "mesh".
+DECODE_DEFAULTS = {"compute_scores": True, "engine": "auto"}
 
 
 @dataclasses.dataclass
