@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from t2tcli.errors import UserError
 from t2tcli.problem import Mixture, Text2TextProblem, VocabSpec
 from t2tcli.registry import REPO_ROOT, register_mixture, register_problem
@@ -25,12 +27,59 @@ def normalize_question(text: str) -> str:
 
 
 def normalize_questions(texts: list[str]) -> list[str]:
-    """`normalize_question` of each, with the character-level steps done once on the joined column."""
+    """`normalize_question` of each, with the character-level steps done once on the joined column.
+
+    Most questions are already single-spaced, so the per-question whitespace collapse
+    runs only on those where a scan of the joined column finds irregular spacing.
+    """
     joined = "\0".join(texts)
     if joined.count("\0") != max(len(texts) - 1, 0):  # a NUL inside a question: no safe separator
         return list(map(normalize_question, texts))
     joined = joined.replace('"', "").replace("\u201c", "").replace("\u201d", "").lower()
-    return [" ".join(text.split()) for text in joined.split("\0")] if texts else []
+    out = joined.split("\0") if texts else []
+    positions = _irregular_spacing(joined)
+    if positions:
+        ends = np.cumsum(np.fromiter(map(len, out), dtype=np.int64, count=len(out)) + 1)
+        for i in np.unique(np.searchsorted(ends, positions, side="right")).tolist():
+            out[i] = " ".join(out[i].split())
+    return out
+
+
+# What str.split() splits on besides the space; U+3000 is the last whitespace character (a test checks).
+_OTHER_WHITESPACE = tuple(c for c in map(chr, range(0x3001)) if c.isspace() and c != " ")
+
+
+def _irregular_spacing(joined: str) -> list[int]:
+    """Positions in NUL-joined texts of whatever " ".join(text.split()) would change.
+
+    That is: whitespace other than a space, two spaces in a row, and a space at either
+    end of a text. ASCII text is checked with numpy (any control character counts, which
+    only costs a needless collapse); other text with one C-level search per pattern.
+    """
+    if not joined:
+        return []
+    if joined.isascii():
+        codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+        space = codes == 0x20
+        ends = space | (codes == 0)  # a space, or the NUL where a text ends and the next starts
+        irregular = (codes - np.uint8(1)) < np.uint8(0x1F)  # 0x01-0x1f: tab, newline and the like
+        irregular[1:] |= space[1:] & ends[:-1]  # after a space, or first in a text
+        irregular[:-1] |= space[:-1] & (codes[1:] == 0)  # last in a text
+        irregular[[0, -1]] |= space[[0, -1]]  # first in the first text, last in the last
+        return np.flatnonzero(irregular).tolist()
+    positions = []
+    find = joined.find
+    # (pattern, offset in it of a character of the text to fix): the NUL of "\0 " ends the text before.
+    for pattern, offset in (*((c, 0) for c in _OTHER_WHITESPACE), ("  ", 0), (" \0", 0), ("\0 ", 1)):
+        at = find(pattern)
+        while at >= 0:
+            positions.append(at + offset)
+            at = find(pattern, at + 1)
+    if joined.startswith(" "):
+        positions.append(0)
+    if joined.endswith(" "):
+        positions.append(len(joined) - 1)
+    return positions
 
 
 def train_csv(tmp_dir: str | None) -> CsvSource:
@@ -51,6 +100,11 @@ def _label(value: str) -> str:
     if label not in ("0", "1"):
         raise UserError(f"is_duplicate must be 0 or 1, got {value!r}")
     return label
+
+
+def _labels(values: list[str]) -> list[str]:
+    """`_label` of each; a column of clean labels (the usual case) is returned as it is."""
+    return values if set(values) <= {"0", "1"} else list(map(_label, values))
 
 
 @register_problem("qp_is_duplicate")
@@ -75,7 +129,7 @@ class QpIsDuplicate(Text2TextProblem):
         first = normalize_questions(frame["question1"].tolist())
         second = normalize_questions(frame["question2"].tolist())
         inputs = [f"is duplicate: {a} <SEP> {b}" for a, b in zip(first, second, strict=True)]
-        labels = list(map(_label, frame["is_duplicate"].tolist())) if "is_duplicate" in frame else [""] * len(frame)
+        labels = _labels(frame["is_duplicate"].tolist()) if "is_duplicate" in frame else [""] * len(frame)
         return inputs, labels
 
     def format_input(self, line: str) -> str:

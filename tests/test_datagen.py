@@ -6,14 +6,16 @@ import csv
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from t2tcli import datagen, registry, shards
+from t2tcli import datagen, packed_encoder, registry, shards
 from t2tcli.compat import tf
 from t2tcli.errors import UserError
-from t2tcli.packed_encoder import PackedTextEncoder, varint
+from t2tcli.packed_encoder import PackedTextEncoder, Spans, interleave, varint
 from t2tcli.problem import Text2TextProblem, VocabSpec, data_files, read_meta
 from t2tcli.vocab import EOS_ID, Vocabulary
 
@@ -102,9 +104,15 @@ def test_same_input_gives_byte_identical_output(tmp_path):
     raw = write_quora(tmp_path / "raw")
     run("qp_is_duplicate", tmp_path / "a", raw)
     run("qp_is_duplicate", tmp_path / "b", raw, chunk_rows=37)  # chunking must not matter
-    a, b = tree(tmp_path / "a"), tree(tmp_path / "b")
+    # With the vocabulary present, rows skip the spool and go straight to the shards: same bytes.
+    (tmp_path / "c").mkdir()
+    for name in ("vocab.qp.model", "vocab.qp.vocab"):
+        (tmp_path / "c" / name).write_bytes((tmp_path / "a" / name).read_bytes())
+    run("qp_is_duplicate", tmp_path / "c", raw, chunk_rows=50)
+    a, b, c = tree(tmp_path / "a"), tree(tmp_path / "b"), tree(tmp_path / "c")
     assert sorted(a) == sorted(b) and len(a) == 4 + 1 + 1 + 1 + 2  # shards, meta, model, vocab
-    assert a == b
+    assert a == b == c
+    assert not [p for p in (tmp_path / "c").iterdir() if p.name.startswith(".")]  # no work directory left
     # Train shards are shuffled: the row ids (the number ending question2) are out of file order.
     vocab = Vocabulary(str(tmp_path / "a" / "vocab.qp.model"))
     examples = read_examples(data_files(str(tmp_path / "a"), "qp_is_duplicate", "train")[:1])
@@ -190,6 +198,28 @@ def test_example_bytes_parse_as_tf_examples():
     assert list(example.features.feature["targets"].int64_list.value) == long[::-1] + [EOS_ID]
 
 
+def test_batch_of_examples_equals_one_by_one():
+    encoder = shards.ExampleEncoder()
+    ids = [[5, 300, 20000], [], list(range(100, 3100)), [7] * 200, [2**20]]
+    records = encoder.records(
+        packed_encoder.pack_ids(ids)[0], packed_encoder.pack_ids([[len(i)] for i in ids][::-1])[0]
+    ).tolist()
+    singles = [encoder.encode(a, b) for a, b in zip(ids, [[len(i)] for i in ids][::-1], strict=True)]
+    assert records == [shards.tfrecord_bytes([s]) for s in singles]
+
+
+def test_quora_column_normalisation_with_every_kind_of_whitespace():
+    quora = sys.modules[type(registry.problem("qp_is_duplicate")).__module__]
+    every = {c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace()}
+    assert every == {" ", *quora._OTHER_WHITESPACE}  # the scan for irregular spacing looks for all of them
+    texts = ["plain text", "", " ", "a  b", " a", "a ", "  ", "x"]
+    for w in sorted(every):
+        texts += [f"a{w}b", f"{w}a", f"a{w}", f"a {w} b", f"{w}{w}", w]
+    ascii_texts = [t for t in texts if t.isascii()]
+    for batch in (texts, ascii_texts, ascii_texts[::-1], texts + ["ñ"], ["what is x?"] * 3, [""], [" "], ["\x01a"]):
+        assert quora.normalize_questions(batch) == list(map(quora.normalize_question, batch))
+
+
 def test_meta_is_valid_json_with_agreed_keys(toy_dir):
     meta = json.loads((toy_dir / "copy_sequence.meta.json").read_text())
     for key in ("problem", "vocab_file", "vocab_size", "splits", "skipped", "lengths", "source_fingerprint"):
@@ -214,13 +244,52 @@ def test_word_cached_encoding_equals_whole_text_encoding(toy_dir, tmp_path):
     assert encoder.use_word_cache
     packed, counts = encoder.encode(texts * 3)
     expected = vocab.encode_batch(texts * 3)
-    assert packed == [b"".join(map(varint, ids)) for ids in expected]
+    assert packed.tolist() == [b"".join(map(varint, ids)) for ids in expected]
     assert counts.tolist() == [len(ids) for ids in expected]
 
     encoder = PackedTextEncoder(vocab)
-    encoder._by_word = lambda batch: ([b"wrong"] * len(batch), None)  # as if the model split differently
+    encoder._by_word = lambda batch: (Spans.from_list([b"wrong"] * len(batch)), None)  # as if split differently
     packed, _ = encoder.encode(texts)
-    assert not encoder.use_word_cache and packed == [b"".join(map(varint, ids)) for ids in vocab.encode_batch(texts)]
+    expected = [b"".join(map(varint, ids)) for ids in vocab.encode_batch(texts)]
+    assert not encoder.use_word_cache and packed.tolist() == expected
+
+
+def test_words_found_by_key_encode_as_whole_texts(tmp_path, monkeypatch):
+    """Later batches find known words by their byte keys; every kind of word must still encode exactly."""
+    raw = write_quora(tmp_path / "raw")
+    run("qp_is_duplicate", tmp_path / "out", raw)
+    vocab = Vocabulary(str(tmp_path / "out" / "vocab.qp.model"))
+    words = ["", "a", "how", "seven77", "eightchr", "fifteen-bytes!!", "sixteen-bytes!!!", "ñandú", "中文字", "a\0b"]
+    words += ["x" * n for n in range(1, 20)] + ["é" * 7, "é" * 8, "what?", "What?"]
+    texts = [" ".join(words[(i * j) % len(words)] for j in range(i % 7 + 1)) for i in range(600)]
+    texts += ["  double  spaces ", " ".join(words)]
+    expected = [b"".join(map(varint, vocab.encode(t))) for t in texts]
+    monkeypatch.setattr(packed_encoder, "VERIFY_TEXTS", 0)  # no safety net: the keyed path alone must be right
+    encoder = PackedTextEncoder(vocab)
+    keyed_texts = [t for t in texts if max(map(len, t.encode().split(b" "))) <= 15]
+    for batch in (texts, texts[::-1], keyed_texts, texts[5:300], texts):
+        packed, counts = encoder.encode(batch)
+        assert encoder.use_word_cache
+        assert packed.tolist() == [expected[texts.index(t)] for t in batch]
+        assert counts.tolist() == [len(vocab.encode(t)) for t in batch]
+    # Every cached word of up to 15 bytes is found by its key, to the row its string has; longer ones are not.
+    found = encoder._keyed.find(packed_encoder._Words.of(" ".join(words).encode())).tolist()
+    assert found == [encoder._rows[w] if len(w.encode()) <= 15 else -1 for w in words]
+
+
+def test_spans_gather_and_take_match_python_slicing():
+    rng = np.random.default_rng(0)
+    items = [bytes(rng.integers(0, 256, size).astype(np.uint8)) for size in rng.integers(0, 200, 300)]
+    spans = Spans.from_list(items)
+    assert spans.tolist() == items and spans.joined().tobytes() == b"".join(items)
+    order = rng.permutation(len(items))[:200]
+    assert spans.take(order).joined().tobytes() == b"".join(items[i] for i in order)
+    short = Spans.from_list([item[:3] for item in items])  # short spans: the per-byte numpy gather
+    assert short.take(order).joined().tobytes() == b"".join(items[i][:3] for i in order)
+    assert interleave([short, spans, Spans.repeated(b"!", len(items))]).tolist() == [
+        item[:3] + item + b"!" for item in items
+    ]
+    assert Spans.from_list([]).joined().tobytes() == b""
 
 
 def test_vocab_sample_is_bounded_distinct_and_independent_of_chunking():

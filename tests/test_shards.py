@@ -14,3 +14,7 @@ def test_tfrecord_bytes_match_tensorflow_writer(tmp_path):
             writer.write(record)
     assert ours.read_bytes() == theirs.read_bytes()
     assert [r.numpy() for r in tf.data.TFRecordDataset(str(ours))] == records
+
+
+def test_no_records_frame_to_no_bytes():
+    assert tfrecord_bytes([]) == b""
