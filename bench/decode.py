@@ -15,8 +15,8 @@ outside its timer); end-to-end wall times are reported too.
     python bench/decode.py --hparams_set=mtf_transformer_small --lines=512
 
 Needs the `bench` extra (torch, transformers). Prints a table and the ratio of
-sentences/s (t2t / peer) for greedy and beam search; the `t2t-decode (mesh)` rows run
-the same model through mesh-tensorflow's own decode loop (`engine=mesh`) for scale.
+sentences/s (t2t / peer) for greedy and beam search; with --mesh_engine, `t2t-decode
+(mesh)` rows run the same model through mesh-tensorflow's decode loop (`engine=mesh`).
 """
 
 from __future__ import annotations

@@ -101,30 +101,25 @@ class Weights:
             return cast(_variable(f"{scope}/rms_norm/scale", [d]))
 
         self.embedding = cast(_variable("shared/embedding", [vocab_size, d]))
-        self.encoder = []
-        for i in range(hp.num_encoder_layers):
-            block = f"encoder/block_{i:03d}"
-            self.encoder.append(
-                {
-                    "self_norm": norm(f"{block}/layer_000"),
-                    "self": attention(f"{block}/layer_000/SelfAttention", ("q", "k", "v")),
-                    "ffn_norm": norm(f"{block}/layer_001"),
-                    **ffn(f"{block}/layer_001"),
-                }
-            )
-        self.decoder = []
-        for i in range(hp.num_decoder_layers):
-            block = f"decoder/block_{i:03d}"
-            self.decoder.append(
-                {
-                    "self_norm": norm(f"{block}/layer_000"),
-                    "self": attention(f"{block}/layer_000/SelfAttention", ("q", "k", "v")),
-                    "cross_norm": norm(f"{block}/layer_001"),
-                    "cross": attention(f"{block}/layer_001/EncDecAttention", ("k", "v")),
-                    "ffn_norm": norm(f"{block}/layer_002"),
-                    **ffn(f"{block}/layer_002"),
-                }
-            )
+
+        def block(side: str, i: int) -> dict[str, Any]:
+            """Block i of a stack: self-attention, (decoder) encoder-decoder attention, FFN,
+            each sublayer a layer_NNN scope with its own norm."""
+            sublayers = ("self", "cross", "ffn") if side == "decoder" else ("self", "ffn")
+            out: dict[str, Any] = {}
+            for j, name in enumerate(sublayers):
+                scope = f"{side}/block_{i:03d}/layer_{j:03d}"
+                out[f"{name}_norm"] = norm(scope)
+                if name == "self":
+                    out["self"] = attention(f"{scope}/SelfAttention", ("q", "k", "v"))
+                elif name == "cross":
+                    out["cross"] = attention(f"{scope}/EncDecAttention", ("k", "v"))
+                else:
+                    out.update(ffn(scope))
+            return out
+
+        self.encoder = [block("encoder", i) for i in range(hp.num_encoder_layers)]
+        self.decoder = [block("decoder", i) for i in range(hp.num_decoder_layers)]
         buckets = [hp.num_heads, hp.relative_attention_num_buckets]
         # "bias_shared": each stack's first layer holds the one relative-position bias. It
         # is added to float32 logits, rounded to the activation dtype first as mesh-tf does.
@@ -298,7 +293,7 @@ class _Caches:
     Appending copies what is there so far, so a step costs what its position needs, not
     what the longest allowed output would (T5's 512 positions). Loop tensors, rather
     than variables written in place, keep the graph free of shared state: a SavedModel
-    may serve concurrent requests on one session; on this CPU they also measured faster.
+    may serve concurrent requests on one session.
     """
 
     def __init__(self, layers: int, rows: int, heads: int, d_kv: int) -> None:
