@@ -26,8 +26,10 @@ the caller pads the last batch to the full batch size):
   (beam length penalty), `temperature` (0: greedy), `top_k` (0: off) and
   `max_decode_length` (0: `targets_length`). `params={"decode": {...}}` given to
   build_estimator overrides any of them for one estimator; it may also hold
-  `compute_scores=False`, which leaves `scores` out of a decode's predictions (they
-  need an extra teacher-forced pass; scoring always returns them).
+  `engine` ("auto": `t2tcli.fast_decode` on a one-device mesh off TPU, mesh-tf's
+  decode otherwise; "fast" or "mesh" to choose) and `compute_scores=False`, which
+  lets mesh-tf's decode leave `scores` out (they cost it an extra teacher-forced
+  pass; fast_decode sums them while decoding, and scoring always returns them).
 """
 
 from __future__ import annotations
