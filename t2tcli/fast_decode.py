@@ -24,9 +24,10 @@ from typing import Any
 
 from t2tcli.compat import tf
 from t2tcli.hparams import HParams
+from t2tcli.mesh import padded_vocab_size
+from t2tcli.vocab import EOS_ID
 
 tf1 = tf.compat.v1
-EOS_ID = 1
 # mesh-tf's attention bias for a hidden position, and its relative-position bucketing.
 NEG_INF = -1e9
 MAX_DISTANCE = 128
@@ -76,8 +77,7 @@ class Weights:
     """The model's variables, read once per batch in the activation dtype."""
 
     def __init__(self, hp: HParams, vocab_size: int) -> None:
-        # mesh-tf pads the vocabulary to a multiple of vocab_divisor.
-        vocab_size = -(-vocab_size // hp.vocab_divisor) * hp.vocab_divisor
+        vocab_size = padded_vocab_size(vocab_size, hp.vocab_divisor)
         self.dims = Dims(hp.d_model, hp.num_heads, hp.d_kv, tf.as_dtype(hp.activation_dtype))
         self.activation = ACTIVATIONS[hp.ffn_activation]
         d, inner = hp.d_model, self.dims.inner

@@ -124,8 +124,13 @@ def check_batch(spec: MeshSpec, batch_size: int) -> None:
         raise UserError(f"batch of {batch_size} sequences does not split {ways} ways over mesh_shape")
 
 
+def padded_vocab_size(vocab_size: int, vocab_divisor: int) -> int:
+    """The model's vocabulary dimension: mesh-tf pads it to a multiple of vocab_divisor."""
+    return -(-vocab_size // vocab_divisor) * vocab_divisor
+
+
 def check_vocab(spec: MeshSpec, vocab_size: int, vocab_divisor: int) -> None:
-    padded = -(-vocab_size // vocab_divisor) * vocab_divisor
+    padded = padded_vocab_size(vocab_size, vocab_divisor)
     ways = spec.split_of("vocab")
     if padded % ways:
         raise UserError(f"layout splits vocab={padded} {ways} ways, which does not divide it")

@@ -44,7 +44,7 @@ from absl import logging
 from t2tcli import fast_decode, gin_bindings, optimization
 from t2tcli import mesh as meshlib
 from t2tcli.compat import tf
-from t2tcli.decoding import ENGINES
+from t2tcli.decoding import DECODE_KEYS, ENGINES
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 
@@ -59,7 +59,6 @@ tf1 = tf.compat.v1
 ModeKeys = tf.estimator.ModeKeys
 FEATURE_KEYS = ("inputs", "targets")
 PACKING_SUFFIXES = ("_segmentation", "_position")
-DECODE_KEYS = ("beam_size", "alpha", "temperature", "top_k", "max_decode_length")
 # Not hparams: callers that only need decoded ids pass {"compute_scores": False} (which only
 # the mesh-tf engine needs: t2tcli.fast_decode's scores are free); "engine" picks the decode
 # implementation: "auto" (t2tcli.fast_decode where it applies), "fast" or "mesh".
