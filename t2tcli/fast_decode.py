@@ -222,14 +222,6 @@ class Encoded:
     values: list[tf.Tensor]
     bias: tf.Tensor
 
-    def repeat(self, times: int) -> Encoded:
-        """Each row `times` times in a row (for beams)."""
-
-        def rep(x: tf.Tensor) -> tf.Tensor:
-            return tf.repeat(x, times, axis=0)
-
-        return Encoded([rep(k) for k in self.keys], [rep(v) for v in self.values], rep(self.bias))
-
 
 def encode(w: Weights, inputs: tf.Tensor) -> Encoded:
     """Runs the encoder on int32 [batch, length] inputs (0 = padding)."""
@@ -320,10 +312,16 @@ class _Caches:
 
 
 class _Stepper:
-    """One incremental decoder step for `rows` rows, up to `length` steps."""
+    """One incremental decoder step for `beams` rows per encoded input, up to `length` steps.
 
-    def __init__(self, w: Weights, enc: Encoded, rows: int, length: int) -> None:
-        self.w, self.rows = w, rows
+    A row's hypotheses (beams) sit next to each other and share their input's encoder
+    keys and values: one matmul per input attends all its beams at once.
+    """
+
+    def __init__(self, w: Weights, enc: Encoded, length: int, beams: int = 1) -> None:
+        self.w, self.beams = w, beams
+        self.batch = int(enc.bias.shape[0])
+        self.rows = rows = self.batch * beams
         dims = w.dims
         # Attention runs in float32 (as mesh-tf's logits do), so cached and encoder keys
         # and values are kept in float32 rather than cast each step.
@@ -337,6 +335,13 @@ class _Stepper:
         """q [rows, heads, d_kv] over k, v [rows, heads, length, d_kv] -> [rows, heads * d_kv]."""
         logits = tf.matmul(tf.cast(q, tf.float32)[:, :, None, :], k, transpose_b=True) + bias
         o = tf.matmul(tf.nn.softmax(logits), v)
+        return tf.cast(tf.reshape(o, [self.rows, self.w.dims.inner]), self.w.dims.dtype)
+
+    def _attend_encoder(self, q: tf.Tensor, i: int) -> tf.Tensor:
+        """q [batch, heads, beams, d_kv] over layer i's encoder keys and values ->
+        [rows, heads * d_kv]."""
+        logits = tf.matmul(tf.cast(q, tf.float32), self.enc.keys[i], transpose_b=True) + self.enc.bias
+        o = tf.transpose(tf.matmul(tf.nn.softmax(logits), self.enc.values[i]), [0, 2, 1, 3])
         return tf.cast(tf.reshape(o, [self.rows, self.w.dims.inner]), self.w.dims.dtype)
 
     def __call__(
@@ -356,8 +361,8 @@ class _Stepper:
             new_state += [keys, values]
             x = x + tf.matmul(self._attend(q, keys, values, bias), layer["self"]["o"])
             h = _rms_norm(x, layer["cross_norm"])
-            q = tf.reshape(tf.matmul(h, layer["cross"]["q"]), [self.rows, dims.num_heads, dims.d_kv])
-            o = self._attend(q, self.enc.keys[i], self.enc.values[i], self.enc.bias)
+            q = tf.reshape(tf.matmul(h, layer["cross"]["q"]), [self.batch, self.beams, dims.num_heads, dims.d_kv])
+            o = self._attend_encoder(tf.transpose(q, [0, 2, 1, 3]), i)
             x = _ffn(w, layer, x + tf.matmul(o, layer["cross"]["o"]))
         return _logits(w, x), new_state
 
@@ -386,7 +391,7 @@ def sample(
     """Greedy (temperature 0) or sampled decode: (int32 [batch, length] ids, 0 after the
     first EOS; float32 [batch] sum of the model's log-probabilities of those ids)."""
     rows = int(inputs.shape[0])
-    stepper = _Stepper(w, encode(w, inputs), rows, length)
+    stepper = _Stepper(w, encode(w, inputs), length)
 
     def body(step, prev, done, total, ids, *caches):  # noqa: ANN001, ANN202
         logits, caches = stepper(step, prev, list(caches))
@@ -436,7 +441,7 @@ def beam_search(
     """
     batch, k = int(inputs.shape[0]), beam_size
     rows = batch * k
-    stepper = _Stepper(w, encode(w, inputs).repeat(k), rows, length)
+    stepper = _Stepper(w, encode(w, inputs), length, beams=k)
     vocab = int(w.embedding.shape[0])
     neg = tf.constant(-1e30)
     row_offsets = tf.range(batch)[:, None] * k  # [batch, 1]
