@@ -331,18 +331,19 @@ class _Stepper:
         self.bias = position_bias(w.decoder_bias, length, length, bidirectional=False)
         self.caches = _Caches(len(w.decoder), rows, dims.num_heads, dims.d_kv)
 
-    def _attend(self, q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
-        """q [rows, heads, d_kv] over k, v [rows, heads, length, d_kv] -> [rows, heads * d_kv]."""
-        logits = tf.matmul(tf.cast(q, tf.float32)[:, :, None, :], k, transpose_b=True) + bias
-        o = tf.matmul(tf.nn.softmax(logits), v)
+    def _rows(self, o: tf.Tensor) -> tf.Tensor:
+        """Attention output, one row per hypothesis: [rows, heads * d_kv] in the activation dtype."""
         return tf.cast(tf.reshape(o, [self.rows, self.w.dims.inner]), self.w.dims.dtype)
+
+    def _attend_self(self, q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+        """q [rows, heads, d_kv] over k, v [rows, heads, steps, d_kv] -> [rows, heads * d_kv]."""
+        return self._rows(_attend(q[:, :, None, :], k, v, bias))
 
     def _attend_encoder(self, q: tf.Tensor, i: int) -> tf.Tensor:
         """q [batch, heads, beams, d_kv] over layer i's encoder keys and values ->
         [rows, heads * d_kv]."""
-        logits = tf.matmul(tf.cast(q, tf.float32), self.enc.keys[i], transpose_b=True) + self.enc.bias
-        o = tf.transpose(tf.matmul(tf.nn.softmax(logits), self.enc.values[i]), [0, 2, 1, 3])
-        return tf.cast(tf.reshape(o, [self.rows, self.w.dims.inner]), self.w.dims.dtype)
+        o = _attend(q, self.enc.keys[i], self.enc.values[i], self.enc.bias)
+        return self._rows(tf.transpose(o, [0, 2, 1, 3]))
 
     def __call__(
         self, step: tf.Tensor, ids: tf.Tensor, state: list[tf.Tensor], source: tf.Tensor | None = None
@@ -359,7 +360,7 @@ class _Stepper:
             q, k, v = qkv[:, 0], tf.cast(qkv[:, 1], tf.float32), tf.cast(qkv[:, 2], tf.float32)
             keys, values = self.caches.append(state, i, k, v, source)
             new_state += [keys, values]
-            x = x + tf.matmul(self._attend(q, keys, values, bias), layer["self"]["o"])
+            x = x + tf.matmul(self._attend_self(q, keys, values, bias), layer["self"]["o"])
             h = _rms_norm(x, layer["cross_norm"])
             q = tf.reshape(tf.matmul(h, layer["cross"]["q"]), [self.batch, self.beams, dims.num_heads, dims.d_kv])
             o = self._attend_encoder(tf.transpose(q, [0, 2, 1, 3]), i)
