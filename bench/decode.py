@@ -7,10 +7,13 @@ t2t-decode runs as a user runs it (a subprocess on a text file) on a model train
 for a few steps on copy_sequence, so its outputs have real lengths; the peer is a
 weights-free random init, which never emits EOS on purpose, so it is made to do the
 same work: its inputs are batched in the same length-sorted order and each batch
-decodes exactly as many steps as t2t-decode needed for that batch (longest output
-+ EOS). Compute does not depend on weight values, so the comparison is like for like.
+decodes exactly as many steps as t2t-decode's loop ran for that batch (as its debug
+log reports: the longest output + EOS for greedy; for beam search, until no live
+hypothesis can beat a finished one). Compute does not depend on weight values, so
+the comparison is like for like.
 Decoding rates exclude model start-up on both sides (the peer's model construction is
-outside its timer); end-to-end wall times are reported too.
+outside its timer); end-to-end wall times are reported too. Each side reports its best
+of --repeats runs, taken in turns.
 
     python bench/decode.py --hparams_set=mtf_transformer_small --lines=512
 
@@ -34,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+BATCH_STEPS = re.compile(r"batch (\d+): (\d+) rows, (\d+) decode steps")
 SUMMARY = re.compile(r"(\d+) lines .*?(\d+) output tokens in ([\d.]+) s \(([\d.]+) s start-up\): ([\d.]+) sentences/s")
 
 
@@ -70,7 +74,8 @@ def make_inputs(n: int, max_words: int, seed: int) -> list[str]:
     return [" ".join(rng.choice("abcdefghij") for _ in range(rng.randint(1, max_words))) for _ in range(n)]
 
 
-def run_t2t(model_dir: Path, src: Path, beam: int, batch: int, length: int, engine: str) -> tuple[dict, list[str]]:
+def run_t2t(model_dir: Path, src: Path, beam: int, batch: int, length: int, engine: str) -> tuple[dict, list[int]]:
+    """t2t-decode's timings, and the steps its decode loop ran for each batch."""
     started = time.monotonic()
     proc = binary(
         "t2t-decode",
@@ -78,6 +83,7 @@ def run_t2t(model_dir: Path, src: Path, beam: int, batch: int, length: int, engi
         f"--decode_from_file={src}",
         "--decode_to_file=-",
         f"--decode_hparams=beam_size={beam},alpha=0.6,batch_size={batch},max_decode_length={length},engine={engine}",
+        "--verbosity=1",
     )
     wall = time.monotonic() - started
     match = SUMMARY.search(proc.stderr)
@@ -86,17 +92,16 @@ def run_t2t(model_dir: Path, src: Path, beam: int, batch: int, length: int, engi
     lines, tokens, total, startup, _ = match.groups()
     decode_s = float(total) - float(startup)
     stats = {"lines": int(lines), "tokens": int(tokens), "decode_s": decode_s, "wall_s": wall}
-    return stats, proc.stdout.split("\n")[: int(lines)]
+    return stats, [int(m.group(3)) for m in BATCH_STEPS.finditer(proc.stderr)]
 
 
 def peer_batches(inputs: list[list[int]], steps: list[int], batch: int) -> list[tuple[list[list[int]], int]]:
     """t2t-decode's batches (inputs sorted longest first), each with its decode steps."""
     order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]), reverse=True)
-    out = []
-    for start in range(0, len(order), batch):
-        chunk = order[start : start + batch]
-        out.append(([inputs[i] for i in chunk], max(steps[i] for i in chunk)))
-    return out
+    chunks = [order[start : start + batch] for start in range(0, len(order), batch)]
+    if len(chunks) != len(steps):
+        sys.exit(f"t2t-decode reported decode steps for {len(steps)} batches, expected {len(chunks)}")
+    return [([inputs[i] for i in chunk], n) for chunk, n in zip(chunks, steps, strict=True)]
 
 
 def run_peer(hp: dict, vocab_size: int, batches: list[tuple[list[list[int]], int]], beam: int, dtype: str) -> dict:
@@ -135,6 +140,7 @@ def main() -> None:
     parser.add_argument("--max_words", type=int, default=24, help="input lengths are uniform in 1..max_words")
     parser.add_argument("--max_decode_length", type=int, default=32)
     parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3, help="each system's best of this many runs is reported")
     parser.add_argument("--beams", default="1,4")
     parser.add_argument(
         "--mesh_engine",
@@ -147,10 +153,12 @@ def main() -> None:
     )
     parser.add_argument("--model_dir", help="decode with this trained model_dir instead of training one")
     parser.add_argument("--json", help="also write the results here")
-    parser.add_argument("--quick", action="store_true", help="smoke run: tiny model, 128 lines, 200 training steps")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: tiny model, 128 lines, 200 training steps, 1 repeat"
+    )
     args = parser.parse_args()
     if args.quick:
-        args.hparams_set, args.lines, args.train_steps = "mtf_transformer_tiny", 128, 200
+        args.hparams_set, args.lines, args.train_steps, args.repeats = "mtf_transformer_tiny", 128, 200, 1
 
     from t2tcli.vocab import EOS_ID, Vocabulary
 
@@ -174,17 +182,27 @@ def main() -> None:
         src.write_text("\n".join(lines) + "\n")
         ids = [vocab.encode(x)[: hp["inputs_length"] - 1] + [EOS_ID] for x in lines]
         results = []
+        rate = lambda r: r["lines"] / r["decode_s"]  # noqa: E731
         for beam in [int(b) for b in args.beams.split(",")]:
-            ours, outputs = run_t2t(model_dir, src, beam, args.batch_size, args.max_decode_length, "auto")
-            steps = [min(len(vocab.encode(o)) + 1, args.max_decode_length) for o in outputs]
-            batches = peer_batches(ids, steps, args.batch_size)
-            # The peer gets the better of its float32 and bfloat16 runs (on CPU, PyTorch's
-            # float32 is often the faster one).
-            peer = max(
-                (dict(run_peer(hp, padded_vocab, batches, beam, d), dtype=d) for d in ("float32", "bfloat16")),
-                key=lambda r: r["lines"] / r["decode_s"],
-            )
+            runs = [run_t2t(model_dir, src, beam, args.batch_size, args.max_decode_length, "auto")]
+            batches = peer_batches(ids, runs[0][1], args.batch_size)
+            # Timings on a shared machine swing by tens of percent from run to run: each
+            # side gets the best of --repeats runs, alternating, so both see the same weather.
+            peer_runs = []
+            for repeat in range(args.repeats):
+                if repeat:
+                    runs.append(run_t2t(model_dir, src, beam, args.batch_size, args.max_decode_length, "auto"))
+                    if runs[-1][1] != runs[0][1]:
+                        sys.exit(f"t2t-decode ran different decode steps in two runs: {runs[0][1]} vs {runs[-1][1]}")
+                # The peer's float32 and bfloat16 both run (on CPU, PyTorch's float32 is
+                # often the faster one); it gets the best of them.
+                for d in ("float32", "bfloat16"):
+                    peer_runs.append(dict(run_peer(hp, padded_vocab, batches, beam, d), dtype=d))
+            ours = max((r for r, _ in runs), key=rate)
+            ours["decode_steps"] = sum(runs[0][1])
+            peer = max(peer_runs, key=rate)
             peer["tokens"] = ours["tokens"]  # the same outputs' worth of decoding steps
+            peer["decode_steps"] = sum(n for _, n in batches)
             ours["dtype"] = dtype
             for name, r in (("t2t-decode", ours), ("hf-t5-generate", peer)):
                 r.update(system=name, beam=beam, sentences_per_s=r["lines"] / r["decode_s"])
@@ -203,15 +221,23 @@ def main() -> None:
     shape = {k: hp[k] for k in ("d_model", "d_ff", "num_heads", "d_kv", "num_encoder_layers", "num_decoder_layers")}
     print(
         f"{hp_name} {shape} vocab={padded_vocab}, {args.lines} lines, "
-        f"batch {args.batch_size}, {args.max_decode_length} decode steps, {os.cpu_count()} CPUs"
+        f"batch {args.batch_size}, at most {args.max_decode_length} decode steps, {os.cpu_count()} CPUs"
     )
-    print(f"{'system':<20}{'dtype':>9}{'beam':>5}{'sent/s':>10}{'tok/s':>10}{'decode s':>10}{'wall s':>9}{'ratio':>8}")
+    print("steps: decode-loop steps summed over batches (the peer runs t2t-decode's count for each batch)")
+    header = f"{'system':<20}{'dtype':>9}{'beam':>5}{'steps':>7}{'sent/s':>10}{'tok/s':>10}"
+    print(f"{header}{'decode s':>10}{'wall s':>9}{'ratio':>8}")
     for r in results:
         ratio = f"{r['ratio_vs_peer']:.2f}x" if "ratio_vs_peer" in r else ""
+        steps = r.get("decode_steps", "")
         print(
-            f"{r['system']:<20}{r['dtype']:>9}{r['beam']:>5}{r['sentences_per_s']:>10.1f}{r['tokens_per_s']:>10.1f}"
-            f"{r['decode_s']:>10.2f}{r['wall_s']:>9.1f}{ratio:>8}"
+            f"{r['system']:<20}{r['dtype']:>9}{r['beam']:>5}{steps:>7}{r['sentences_per_s']:>10.1f}"
+            f"{r['tokens_per_s']:>10.1f}{r['decode_s']:>10.2f}{r['wall_s']:>9.1f}{ratio:>8}"
         )
+    print()
+    for r in results:
+        if r["system"] == "t2t-decode":
+            search = "greedy" if r["beam"] == 1 else f"beam {r['beam']}"
+            print(f"t2t-decode / HF T5 generate sentences/s, {search}: {r['ratio_vs_peer']:.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -115,8 +116,12 @@ class Stats:
     output_tokens: int = 0
     truncated_inputs: int = 0
     truncated_targets: int = 0
+    batches: int = 0
+    # Steps the decode loops ran, summed over batches (None: the engine does not say).
+    decode_steps: int | None = None
     started: float = dataclasses.field(default_factory=time.monotonic)
     first_batch: float | None = None
+    last_batch: float | None = None
     finished: float | None = None
 
     def summary(self) -> str:
@@ -125,10 +130,26 @@ class Stats:
         busy = end - (self.first_batch or self.started)
         rate = self.lines / busy if busy > 0 else 0.0
         tok_rate = self.output_tokens / busy if busy > 0 else 0.0
+        steps = "" if self.decode_steps is None else f", {self.decode_steps} decode steps"
         return (
             f"{self.lines} lines ({self.empty} empty), {self.output_tokens} output tokens in {total:.1f} s "
-            f"({total - busy:.1f} s start-up): {rate:.1f} sentences/s, {tok_rate:.1f} tokens/s"
+            f"({total - busy:.1f} s start-up): {rate:.1f} sentences/s, {tok_rate:.1f} tokens/s; "
+            f"{self.batches} batch{'' if self.batches == 1 else 'es'}{steps}"
         )
+
+    def count_batch(self, number: int, prediction: dict[str, Any], rows: int) -> None:
+        """Called with the first prediction of each batch: the batch ran since the
+        previous call (the first one, since its input was read)."""
+        now = time.monotonic()
+        seconds = now - (self.last_batch or self.first_batch or now)
+        self.last_batch = now
+        self.batches += 1
+        if "decode_steps" not in prediction:
+            logging.debug("batch %d: %d rows, %.3f s", number, rows, seconds)
+            return
+        steps = int(prediction["decode_steps"])
+        self.decode_steps = (self.decode_steps or 0) + steps
+        logging.debug("batch %d: %d rows, %d decode steps, %.3f s", number, rows, steps, seconds)
 
 
 def fit(ids: list[int], length: int) -> tuple[list[int], bool]:
@@ -294,7 +315,10 @@ def run(lines: Iterable[str], out: TextIO, job: Job, predict: PredictFn, scoring
 
     batcher.on_first_batch = first_batch
     done_before = 0
-    for prediction in predict(batcher, batcher.shapes()):
+    for position, prediction in enumerate(predict(batcher, batcher.shapes())):
+        if position % job.batch_size == 0:
+            rows = sum(r is not None for r in itertools.islice(batcher.plan, job.batch_size))
+            stats.count_batch(position // job.batch_size, prediction, rows)
         row = batcher.plan.popleft()
         if row is None:
             continue

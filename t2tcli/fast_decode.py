@@ -388,9 +388,10 @@ def _top_k_filter(logits: tf.Tensor, top_k: int) -> tf.Tensor:
 
 def sample(
     w: Weights, inputs: tf.Tensor, length: int, temperature: float = 0.0, top_k: int = 0
-) -> tuple[tf.Tensor, tf.Tensor]:
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Greedy (temperature 0) or sampled decode: (int32 [batch, length] ids, 0 after the
-    first EOS; float32 [batch] sum of the model's log-probabilities of those ids)."""
+    first EOS; float32 [batch] sum of the model's log-probabilities of those ids; int32
+    scalar number of steps the loop ran)."""
     rows = int(inputs.shape[0])
     stepper = _Stepper(w, encode(w, inputs), length)
 
@@ -422,7 +423,7 @@ def sample(
         *stepper.caches.loop_vars(),
     )
     out = _while(cond, body, initial, stepper.caches)
-    return out[4], out[3]
+    return out[4], out[3], out[0]
 
 
 def _length_penalty(length: tf.Tensor, alpha: float) -> tf.Tensor:
@@ -431,9 +432,10 @@ def _length_penalty(length: tf.Tensor, alpha: float) -> tf.Tensor:
 
 def beam_search(
     w: Weights, inputs: tf.Tensor, length: int, beam_size: int, alpha: float
-) -> tuple[tf.Tensor, tf.Tensor]:
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Beam search: (int32 [batch, length] ids of each row's best finished hypothesis, by
-    log-probability / ((5 + length) / 6) ** alpha; float32 [batch] its log-probability).
+    log-probability / ((5 + length) / 6) ** alpha; float32 [batch] its log-probability;
+    int32 scalar number of steps the loop ran).
 
     A row with no hypothesis ending in EOS within `length` steps gets its most probable
     unfinished one. The loop stops when no unfinished hypothesis of any row can still
@@ -487,14 +489,16 @@ def beam_search(
         tf.fill([batch, k], neg),
         *stepper.caches.loop_vars(),
     )
-    _, _, alive_ids, alive_logp, fin_ids, fin_score, fin_logp, *_ = _while(cond, body, initial, stepper.caches)
+    steps, _, alive_ids, alive_logp, fin_ids, fin_score, fin_logp, *_ = _while(cond, body, initial, stepper.caches)
     finished = fin_score[:, 0] > neg / 2
     ids = tf.where(finished[:, None], fin_ids[:, 0], alive_ids[:, 0])
-    return ids, tf.where(finished, fin_logp[:, 0], alive_logp[:, 0])
+    return ids, tf.where(finished, fin_logp[:, 0], alive_logp[:, 0]), steps
 
 
-def decode(w: Weights, inputs: tf.Tensor, settings: dict[str, Any], length: int) -> tuple[tf.Tensor, tf.Tensor]:
-    """(ids, scores) for the model_fn's decode settings (see t2tcli.model)."""
+def decode(
+    w: Weights, inputs: tf.Tensor, settings: dict[str, Any], length: int
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """(ids, scores, steps the loop ran) for the model_fn's decode settings (see t2tcli.model)."""
     if int(settings["beam_size"]) > 1:
         return beam_search(w, inputs, length, int(settings["beam_size"]), float(settings["alpha"]))
     return sample(w, inputs, length, float(settings["temperature"]), int(settings["top_k"]))

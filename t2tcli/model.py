@@ -22,6 +22,8 @@ the caller pads the last batch to the full batch size):
   Predictions: `outputs` int32 [batch, max_decode_length] (decoded ids, 0 after the
   first EOS; when scoring, the given targets) and `scores` float32 [batch] (sum of the
   teacher-forced log-probabilities of `outputs`; when scoring, of the given targets).
+  fast_decode's decodes also carry `decode_steps` int32 [batch]: how many steps the
+  batch's decode loop ran (it stops early once every row has ended).
   Decode settings come from hparams: `beam_size` (1: greedy or sampling), `alpha`
   (beam length penalty), `temperature` (0: greedy), `top_k` (0: off) and
   `max_decode_length` (0: `targets_length`). `params={"decode": {...}}` given to
@@ -129,7 +131,17 @@ def _decode_settings(hp: HParams, params: dict[str, Any] | None) -> dict[str, An
     return settings
 
 
-def _use_fast_decode(hp: HParams, spec: meshlib.MeshSpec, decode: dict[str, Any], use_tpu: bool) -> bool:
+def predicts_in_plain_session(hp: HParams, params: dict[str, Any] | None = None) -> bool:
+    """Whether PREDICT off TPU runs t2tcli.fast_decode. Its graph is plain TensorFlow whose
+    variables restore by name and which needs no Estimator hooks, so a caller may run it
+    in a session of its own (e.g. several batches at once)."""
+    decode = _decode_settings(hp, params)
+    return _use_fast_decode(hp, meshlib.spec_from_hparams(hp), decode, use_tpu=False, explain=False)
+
+
+def _use_fast_decode(
+    hp: HParams, spec: meshlib.MeshSpec, decode: dict[str, Any], use_tpu: bool, explain: bool = True
+) -> bool:
     """Whether PREDICT runs t2tcli.fast_decode: on one device, unless told otherwise."""
     if decode["engine"] == "mesh":
         return False
@@ -143,7 +155,8 @@ def _use_fast_decode(hp: HParams, spec: meshlib.MeshSpec, decode: dict[str, Any]
         return True
     if decode["engine"] == "fast":
         raise UserError(f"decode engine=fast does not run {reason}; use engine=auto or engine=mesh")
-    logging.info("decoding with mesh-tensorflow's decode loop (%s)", reason)
+    if explain:
+        logging.info("decoding with mesh-tensorflow's decode loop (%s)", reason)
     return False
 
 
@@ -153,11 +166,13 @@ def _fast_predict_spec(hp: HParams, vocab_size: int, features: dict[str, tf.Tens
     inputs = tf.cast(features["inputs"], tf.int32)
     if "targets" in features:
         outputs = tf.cast(features["targets"], tf.int32)
-        scores = fast_decode.score(weights, inputs, outputs)
+        predictions = {"outputs": outputs, "scores": fast_decode.score(weights, inputs, outputs)}
     else:
         length = int(decode["max_decode_length"] or hp.targets_length)
-        outputs, scores = fast_decode.decode(weights, inputs, decode, length)
-    return tf.estimator.EstimatorSpec(mode=ModeKeys.PREDICT, predictions={"outputs": outputs, "scores": scores})
+        outputs, scores, steps = fast_decode.decode(weights, inputs, decode, length)
+        # Per row, so Estimator.predict can split it: the steps its batch's loop ran.
+        predictions = {"outputs": outputs, "scores": scores, "decode_steps": tf.fill(tf.shape(scores), steps)}
+    return tf.estimator.EstimatorSpec(mode=ModeKeys.PREDICT, predictions=predictions)
 
 
 class _Graph:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from toy_model import toy_model  # noqa: F401  (session fixture)
 
 
 def test_stdin_stdout_alignment_with_empty_lines(binary, toy_model):  # noqa: F811
-    lines = ["a b c", "", "d e f g h", "   ", "j", "a b\\nc d", ""]
+    lines = ["a b c", "", "d e f g h", "   ", "c d e", "a b\\nc d", ""]
     proc = binary(
         "t2t-decode",
         f"--model_dir={toy_model['model_dir']}",
@@ -21,10 +23,11 @@ def test_stdin_stdout_alignment_with_empty_lines(binary, toy_model):  # noqa: F8
     assert out[-1] == "" and len(out) - 1 == len(lines), proc.stdout
     out = out[:-1]
     assert [o == "" for o in out] == [not line.strip() for line in lines]
-    assert out[0] == "a b c" and out[2] == "d e f g h" and out[4] == "j"
+    assert out[0] == "a b c" and out[2] == "d e f g h" and out[4] == "c d e"
     assert "\n" not in out[5]
     assert "(step 400)" in proc.stderr
     assert "sentences/s" in proc.stderr and "tokens/s" in proc.stderr
+    assert re.search(r"1 batch, \d+ decode steps", proc.stderr), proc.stderr[-500:]
 
 
 def test_file_to_file_and_scores(binary, toy_model, tmp_path):  # noqa: F811
@@ -80,11 +83,37 @@ def test_beam_scores_at_least_greedy(toy_model):  # noqa: F811
     for beam in (1, 4):
         decode = {"beam_size": beam, "alpha": 0.0, "temperature": 0.0, "top_k": 0, "max_decode_length": 0}
         estimator = loading.build_estimator(model, decode)
-        results = decoding.predict_rows(rows, loading.estimator_predict(estimator, path), 4, 32)
+        results = decoding.predict_rows(rows, loading.predictor(model, estimator, path), 4, 32)
         scores[beam] = [float(r["scores"]) for r in results]
     for greedy, beam in zip(scores[1], scores[4], strict=True):
         assert beam >= greedy - 1e-4
     assert all(s <= 0 for s in scores[4])
+
+
+def test_batches_in_flight_keep_each_row_its_own_result(toy_model):  # noqa: F811
+    """Several batches decode at once and come back in batch order: every row gets the
+    result it gets when decoded alone, and the Estimator's own predict loop agrees."""
+    from t2tcli import decoding, loading
+    from t2tcli import model as modellib
+    from t2tcli.checkpoints import resolve
+
+    # float32, so batch shape cannot move a bfloat16 rounding (see the test above).
+    model = loading.load(toy_model["model_dir"], hparams="activation_dtype=float32")
+    _, path = resolve(toy_model["model_dir"], None)
+    decode = decoding.estimator_params(decoding.parse_decode_hparams("", model.hparams))
+    estimator = loading.build_estimator(model, decode)
+    assert modellib.predicts_in_plain_session(model.hparams, estimator.params)
+    lines = ["a b c", "j", "d e f g h", "c c", "a b c d e f", "h g", "i", "b d f h j", "e e e"]
+    rows = [decoding.Row(i, decoding.fit(model.vocab.encode(x), 16)[0]) for i, x in enumerate(lines)]
+
+    def outputs(predict, batch_size: int) -> list[list[int]]:
+        results = decoding.predict_rows(rows, predict, batch_size, 16)
+        return [[int(i) for i in r["outputs"]] for r in results]
+
+    alone = outputs(loading.session_predict(estimator, path, in_flight=1), 1)
+    assert outputs(loading.session_predict(estimator, path, in_flight=3), 2) == alone
+    assert outputs(loading.estimator_predict(estimator, path), 4) == alone
+    assert [model.vocab.decode(ids) for ids in alone][:3] == lines[:3]
 
 
 @pytest.mark.parametrize("flag", ["--decode_hparams=beam_size=0", "--decode_hparams=beam=4"])

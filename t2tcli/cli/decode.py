@@ -70,7 +70,7 @@ def main() -> None:
     )
     # Decoded text needs no scores; skipping them saves a teacher-forced pass per batch.
     estimator = loading.build_estimator(model, {**params, "compute_scores": bool(FLAGS.score_file)})
-    predict = loading.estimator_predict(estimator, checkpoint)
+    predict = loading.predictor(model, estimator, checkpoint)
     lines = textio.read_lines(source, source_flag)
     with textio.atomic_output(FLAGS.decode_to_file, "decode_to_file") as out, progress_bar(source) as bar:
         stats = decoding.run(lines, out, job, predict, scoring=bool(FLAGS.score_file), progress=bar)
