@@ -280,7 +280,9 @@ def score(w: Weights, inputs: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
 
 class _Caches:
     """Self-attention keys and values of every decoder layer, [rows, heads, steps so far,
-    d_kv] float32, carried by the decode loop and one position longer each step.
+    d_kv], carried by the decode loop and one position longer each step. Keys are kept
+    in float32, the dtype attention logits are computed in; values in `value_dtype`
+    (the activation dtype), the dtype they are multiplied in, as mesh-tf does.
 
     Appending copies what is there so far, so a step costs what its position needs, not
     what the longest allowed output would (T5's 512 positions). Loop tensors, rather
@@ -288,11 +290,14 @@ class _Caches:
     may serve concurrent requests on one session.
     """
 
-    def __init__(self, layers: int, rows: int, heads: int, d_kv: int) -> None:
+    def __init__(self, layers: int, rows: int, heads: int, d_kv: int, value_dtype: tf.DType) -> None:
         self.layers, self.rows, self.heads, self.d_kv = layers, rows, heads, d_kv
+        self.value_dtype = value_dtype
 
     def loop_vars(self) -> list[tf.Tensor]:
-        return [tf.zeros([self.rows, self.heads, 0, self.d_kv]) for _ in range(2 * self.layers)]
+        """Keys and values of layer 0, then of layer 1, ..."""
+        empty = [self.rows, self.heads, 0, self.d_kv]
+        return [tf.zeros(empty, dtype) for _ in range(self.layers) for dtype in (tf.float32, self.value_dtype)]
 
     def loop_shapes(self) -> list[tf.TensorShape]:
         """shape_invariants of loop_vars()."""
@@ -323,13 +328,12 @@ class _Stepper:
         self.batch = int(enc.bias.shape[0])
         self.rows = rows = self.batch * beams
         dims = w.dims
-        # Attention runs in float32 (as mesh-tf's logits do), so cached and encoder keys
-        # and values are kept in float32 rather than cast each step.
-        self.enc = Encoded(
-            [tf.cast(k, tf.float32) for k in enc.keys], [tf.cast(v, tf.float32) for v in enc.values], enc.bias
-        )
+        # Logits are float32 (as mesh-tf's are), so encoder keys are kept in float32
+        # rather than cast each step; values stay in the activation dtype, like the
+        # attention weights they are multiplied with.
+        self.enc = Encoded([tf.cast(k, tf.float32) for k in enc.keys], enc.values, enc.bias)
         self.bias = position_bias(w.decoder_bias, length, length, bidirectional=False)
-        self.caches = _Caches(len(w.decoder), rows, dims.num_heads, dims.d_kv)
+        self.caches = _Caches(len(w.decoder), rows, dims.num_heads, dims.d_kv, dims.dtype)
 
     def _rows(self, o: tf.Tensor) -> tf.Tensor:
         """Attention output, one row per hypothesis: [rows, heads * d_kv] in the activation dtype."""
@@ -357,7 +361,7 @@ class _Stepper:
         for i, layer in enumerate(w.decoder):
             h = _rms_norm(x, layer["self_norm"])
             qkv = tf.reshape(tf.matmul(h, layer["self"]["qkv"]), [self.rows, 3, dims.num_heads, dims.d_kv])
-            q, k, v = qkv[:, 0], tf.cast(qkv[:, 1], tf.float32), tf.cast(qkv[:, 2], tf.float32)
+            q, k, v = qkv[:, 0], tf.cast(qkv[:, 1], tf.float32), qkv[:, 2]
             keys, values = self.caches.append(state, i, k, v, source)
             new_state += [keys, values]
             x = x + tf.matmul(self._attend_self(q, keys, values, bias), layer["self"]["o"])
