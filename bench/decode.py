@@ -95,6 +95,10 @@ def run_t2t(model_dir: Path, src: Path, beam: int, batch: int, length: int, engi
     return stats, [int(m.group(3)) for m in BATCH_STEPS.finditer(proc.stderr)]
 
 
+def rate(result: dict) -> float:
+    return result["lines"] / result["decode_s"]
+
+
 def peer_batches(inputs: list[list[int]], steps: list[int], batch: int) -> list[tuple[list[list[int]], int]]:
     """t2t-decode's batches (inputs sorted longest first), each with its decode steps."""
     order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]), reverse=True)
@@ -182,7 +186,6 @@ def main() -> None:
         src.write_text("\n".join(lines) + "\n")
         ids = [vocab.encode(x)[: hp["inputs_length"] - 1] + [EOS_ID] for x in lines]
         results = []
-        rate = lambda r: r["lines"] / r["decode_s"]  # noqa: E731
         for beam in [int(b) for b in args.beams.split(",")]:
             runs = [run_t2t(model_dir, src, beam, args.batch_size, args.max_decode_length, "auto")]
             batches = peer_batches(ids, runs[0][1], args.batch_size)

@@ -137,12 +137,13 @@ class Stats:
             f"{self.batches} batch{'' if self.batches == 1 else 'es'}{steps}"
         )
 
-    def count_batch(self, number: int, prediction: dict[str, Any], rows: int) -> None:
+    def count_batch(self, prediction: dict[str, Any], rows: int) -> None:
         """Called with the first prediction of each batch: the batch ran since the
         previous call (the first one, since its input was read)."""
         now = time.monotonic()
         seconds = now - (self.last_batch or self.first_batch or now)
         self.last_batch = now
+        number = self.batches
         self.batches += 1
         if "decode_steps" not in prediction:
             logging.debug("batch %d: %d rows, %.3f s", number, rows, seconds)
@@ -318,7 +319,7 @@ def run(lines: Iterable[str], out: TextIO, job: Job, predict: PredictFn, scoring
     for position, prediction in enumerate(predict(batcher, batcher.shapes())):
         if position % job.batch_size == 0:
             rows = sum(r is not None for r in itertools.islice(batcher.plan, job.batch_size))
-            stats.count_batch(position // job.batch_size, prediction, rows)
+            stats.count_batch(prediction, rows)
         row = batcher.plan.popleft()
         if row is None:
             continue
