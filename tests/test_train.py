@@ -153,7 +153,7 @@ def test_tiny_model_learns_the_toy_problem(data, tmp_path):
     data_dir, _ = data
     problem = PROBLEMS[1]
     model_dir = str(tmp_path / problem)
-    train(data, model_dir, "--save_checkpoints_steps=2000", problem=problem, steps=1000)
+    train(data, model_dir, "--save_checkpoints_steps=2000", problem=problem, steps=1500)
     _, hp, _ = run_info.load(model_dir)
     dev = inputs.input_fn(data_dir, problem, "dev", hp, training=False)
     targets = np.concatenate([b["targets"] for b in dev().as_numpy_iterator()])
