@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from toy_model import toy_model  # noqa: F401  (session fixture)
 
-from t2tcli import model, run_info
+from t2tcli import fast_decode, model, run_info
 from t2tcli.compat import tf
 from t2tcli.errors import UserError
 from t2tcli.vocab import EOS_ID, Vocabulary
@@ -85,3 +85,26 @@ def test_engine_fast_refuses_what_it_cannot_run(toy):
     est = model.build_estimator(model_dir, hp, vocab_size, params={"decode": {"engine": "fast"}})
     with pytest.raises(UserError, match="ffn_activation='elu'"):
         next(est.predict(lambda params=None: tf.data.Dataset.from_tensor_slices({"inputs": ids}).batch(BATCH, True)))
+
+
+def test_trim_padding_cuts_columns_no_row_uses():
+    ids = np.array([[5, 6, 1, 0, 0, 0], [7, 1, 0, 0, 0, 0]], np.int32)
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        trimmed = session.run(fast_decode.trim_padding(tf.constant(ids)))
+        empty = session.run(fast_decode.trim_padding(tf.zeros([2, 4], tf.int32)))
+    np.testing.assert_array_equal(trimmed, ids[:, :3])
+    assert empty.shape == (2, 1), "a batch of padding keeps one column"
+
+
+def test_padding_length_does_not_change_decodes_or_scores(toy):
+    """Batches are padded to one length per file; the decode of each row must not
+    depend on how long that is."""
+    model_dir, hp, vocab_size, ids = toy
+    longest = int((ids > 0).sum(axis=1).max())
+    short = (model_dir, hp, vocab_size, ids[:, :longest])
+    long = (model_dir, hp, vocab_size, np.pad(ids, [[0, 0], [0, 64]]))
+    for decode in ({"beam_size": 1}, {"beam_size": 4, "alpha": 0.6}):
+        short_ids, short_scores = _predict(short, "fast", **decode)
+        long_ids, long_scores = _predict(long, "fast", **decode)
+        np.testing.assert_array_equal(short_ids, long_ids)
+        np.testing.assert_allclose(short_scores, long_scores, rtol=1e-5, atol=1e-5)
