@@ -366,7 +366,8 @@ def scan_lengths(lines: Iterable[str], job: Job, scoring: bool) -> tuple[int, in
 
     Mesh TensorFlow needs one static input length per predict call; padding every row
     to the model's maximum (e.g. 512) when the file's longest line is 30 tokens makes
-    the encoder and every decoder step's attention do many times the work. Format
+    the encoder and every decoder step's attention do many times the work (fast_decode
+    also cuts each batch to its own longest row; mesh-tensorflow's decode cannot). Format
     errors surface here, with the same line-numbered messages as during decoding.
     """
     longest_inputs = longest_targets = 1

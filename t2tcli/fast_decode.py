@@ -199,9 +199,11 @@ def _attend(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, bias: tf.Tensor) -> tf.Ten
     return tf.matmul(tf.cast(weights, v.dtype), v)
 
 
-def _ffn(w: Weights, layer: dict[str, Any], x: tf.Tensor) -> tf.Tensor:
-    h = _rms_norm(x, layer["ffn_norm"])
-    return x + tf.matmul(w.activation(tf.matmul(h, layer["wi"])), layer["wo"])
+def _ffn(w: Weights, layer: dict[str, Any], x: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
+    """x plus the FFN of its norm (scaled by `scale`, in x's dtype); the matmuls run in
+    the activation dtype."""
+    h = w.cast(_rms_norm(x, scale))
+    return x + tf.cast(tf.matmul(w.activation(tf.matmul(h, layer["wi"])), layer["wo"]), x.dtype)
 
 
 def _dense(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
@@ -257,7 +259,7 @@ def encode(w: Weights, inputs: tf.Tensor) -> Encoded:
     bias = position_bias(w.encoder_bias, length, length, bidirectional=True)[None] + _padding_bias(same)[:, None]
     x = tf.gather(w.embedding, inputs)
     for layer in w.encoder:
-        x = _ffn(w, layer, _self_attention_full(w, layer, x, bias))
+        x = _ffn(w, layer, _self_attention_full(w, layer, x, bias), layer["ffn_norm"])
     x = _rms_norm(x, w.encoder_final_norm)
     keys, values = [], []
     for layer in w.decoder:
@@ -292,7 +294,7 @@ def teacher_forced_logits(w: Weights, enc: Encoded, targets: tf.Tensor) -> tf.Te
     x = tf.gather(w.embedding, shifted)
     for i, layer in enumerate(w.decoder):
         x = _self_attention_full(w, layer, x, bias)
-        x = _ffn(w, layer, _cross_attention(w, layer, i, x, enc))
+        x = _ffn(w, layer, _cross_attention(w, layer, i, x, enc), layer["ffn_norm"])
     return _logits(w, x)
 
 
@@ -401,9 +403,7 @@ class _Stepper:
             h = w.cast(_rms_norm(x, scales["cross_norm"]))
             q = tf.reshape(tf.matmul(h, layer["cross"]["q"]), [self.batch, self.beams, dims.num_heads, dims.d_kv])
             o = self._attend_encoder(tf.transpose(q, [0, 2, 1, 3]), i)
-            x += tf.cast(tf.matmul(o, layer["cross"]["o"]), f32)
-            h = w.cast(_rms_norm(x, scales["ffn_norm"]))
-            x += tf.cast(tf.matmul(w.activation(tf.matmul(h, layer["wi"])), layer["wo"]), f32)
+            x = _ffn(w, layer, x + tf.cast(tf.matmul(o, layer["cross"]["o"]), f32), scales["ffn_norm"])
         return _logits(w, x), new_state
 
 
