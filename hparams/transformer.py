@@ -31,9 +31,10 @@ def base() -> HParams:
         dropout_rate=0.1,
         label_smoothing=0.0,
         z_loss=1e-4,
-        # Numerics: bfloat16 activations run ~5x faster than float32 on AMX CPUs and TPUs;
-        # variables stay float32 either way.
-        activation_dtype="bfloat16",
+        # Numerics: auto is bfloat16 where the hardware runs it natively (TPUs, GPUs of
+        # compute capability 8.0+, CPUs with AMX or AVX512-BF16) and float32 elsewhere,
+        # decided on the machine that runs the model (t2tcli.numerics); variables stay float32.
+        activation_dtype="auto",
         # Sequences and batches.
         inputs_length=128,
         targets_length=128,
@@ -151,7 +152,6 @@ def _tpu_v2_8(hp: HParams, model_parallelism: int, batch_size: int) -> HParams:
     """T5's published v2-8 recipe: 8 cores split into model x batch parallelism."""
     hp.mesh_shape = f"model:{model_parallelism},batch:{8 // model_parallelism}"
     hp.batch_size = batch_size
-    hp.activation_dtype = "bfloat16"
     return hp
 
 

@@ -15,5 +15,13 @@ flags.DEFINE_string("hparams_set", None, "Registered hparams set (see --registry
 flags.DEFINE_string("hparams", "", 'Overrides, e.g. "d_model=256,layout=batch:batch;d_ff:model".')
 flags.DEFINE_multi_string("usr_dir", [], "Directory or file of user code that registers problems / hparams sets.")
 flags.DEFINE_boolean("registry_help", False, "List registered problems, mixtures and hparams sets, then exit.")
+flags.DEFINE_boolean("progress", None, "Show a progress bar on stderr (default: when stderr is a terminal).")
 
 FLAGS = flags.FLAGS
+
+
+def show_progress() -> bool:
+    """--progress when given, else whether stderr is a terminal (a bar in a log file is noise)."""
+    import sys
+
+    return FLAGS.progress if FLAGS.progress is not None else sys.stderr.isatty()

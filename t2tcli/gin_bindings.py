@@ -13,11 +13,19 @@ import gin
 
 from t2tcli import compat  # noqa: F401  (shims before mesh_tensorflow)
 from t2tcli.hparams import HParams
+from t2tcli.mesh import spec_from_hparams
 
 _LAYERS = "mesh_tensorflow.transformer.transformer_layers"
 
 
-def bindings(hp: HParams) -> list[str]:
+def gathers_embeddings(hp: HParams, use_tpu: bool) -> bool:
+    """Whether ids are embedded by row lookup (t2tcli.embedding) rather than mesh-tf's
+    one-hot einsum: off TPU, when the mesh splits neither the ids nor the vocabulary."""
+    spec = spec_from_hparams(hp)
+    return not use_tpu and all(spec.split_of(d) == 1 for d in ("batch", "length", "vocab"))
+
+
+def bindings(hp: HParams, use_tpu: bool = False) -> list[str]:
     """The gin bindings (one string each) that configure a Bitransformer for `hp`."""
     out = [
         f"encoder/make_layer_stack.layers = [@{_LAYERS}.SelfAttention, @{_LAYERS}.DenseReluDense]",
@@ -48,14 +56,18 @@ def bindings(hp: HParams) -> list[str]:
         f"DenseReluDense.dropout_rate = {hp.dropout_rate!r}",
         f"DenseReluDense.activation = {hp.ffn_activation!r}",
     ]
+    if gathers_embeddings(hp, use_tpu):
+        out.append("get_vocab_embedding_cls.cls = @t2tcli.GatherVocabEmbedding")
     return out
 
 
-def apply(hp: HParams) -> None:
+def apply(hp: HParams, use_tpu: bool = False) -> None:
     """Replaces the global gin config with the bindings of `hp`."""
     import mesh_tensorflow.transformer.transformer  # noqa: F401  (registers configurables)
     import mesh_tensorflow.transformer.transformer_layers  # noqa: F401
 
+    from t2tcli import embedding  # noqa: F401  (registers t2tcli.GatherVocabEmbedding)
+
     with gin.unlock_config():
         gin.clear_config(clear_constants=True)
-        gin.parse_config(bindings(hp))
+        gin.parse_config(bindings(hp, use_tpu))

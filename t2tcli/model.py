@@ -38,12 +38,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 import time
 from typing import Any
 
 from absl import logging
 
-from t2tcli import fast_decode, gin_bindings, optimization
+from t2tcli import fast_decode, gin_bindings, numerics, optimization
 from t2tcli import mesh as meshlib
 from t2tcli.compat import tf
 from t2tcli.decoding import DECODE_KEYS, ENGINES
@@ -76,18 +77,28 @@ class TrainSettings:
     keep_checkpoint_max: int = 5
     log_every_steps: int = 100
     init_checkpoint: str | None = None
+    progress: bool = False  # a progress bar on stderr besides the log lines
 
 
-def variable_dtype(hp: HParams) -> mtf.VariableDType:
-    """float32 variables; activations in hp.activation_dtype (bfloat16 or float32)."""
-    if hp.activation_dtype not in ("bfloat16", "float32"):
-        raise UserError(f"hparam activation_dtype='{hp.activation_dtype}': use bfloat16 or float32")
-    return mtf.VariableDType(tf.float32, tf.float32, tf.as_dtype(hp.activation_dtype))
+def variable_dtype(hp: HParams, use_tpu: bool = False) -> mtf.VariableDType:
+    """float32 variables; activations in hp.activation_dtype as resolved for this machine."""
+    return mtf.VariableDType(tf.float32, tf.float32, tf.as_dtype(numerics.resolve(hp.activation_dtype, use_tpu)))
 
 
-def build_model(hp: HParams, vocab_size: int) -> transformer.Bitransformer:
+def validate(hp: HParams, vocab_size: int, use_tpu: bool = False) -> None:
+    """Every check of hparams that building the model would make, as one-line errors, so
+    a binary can run them before it writes anything."""
+    spec = meshlib.spec_from_hparams(hp)
+    meshlib.check_vocab(spec, vocab_size, hp.vocab_divisor)
+    optimization.check(hp)
+    if hp.ffn_activation not in fast_decode.ACTIVATIONS:
+        raise UserError(f"hparam ffn_activation={hp.ffn_activation!r}: use one of {', '.join(fast_decode.ACTIVATIONS)}")
+    variable_dtype(hp, use_tpu)
+
+
+def build_model(hp: HParams, vocab_size: int, use_tpu: bool = False) -> transformer.Bitransformer:
     """A Bitransformer for `hp` (gin is reset to hp's bindings first)."""
-    gin_bindings.apply(hp)
+    gin_bindings.apply(hp, use_tpu)
     return transformer.make_bitransformer(input_vocab_size=vocab_size, output_vocab_size=vocab_size)
 
 
@@ -178,13 +189,15 @@ def _fast_predict_spec(hp: HParams, vocab_size: int, features: dict[str, tf.Tens
 class _Graph:
     """One model_fn call's mtf graph, mesh and model."""
 
-    def __init__(self, hp: HParams, vocab_size: int, mesh_impl: mtf.MeshImpl, var_placer: Any = None) -> None:
+    def __init__(
+        self, hp: HParams, vocab_size: int, mesh_impl: mtf.MeshImpl, var_placer: Any = None, use_tpu: bool = False
+    ) -> None:
         self.hp = hp
         self.graph = mtf.Graph()
         self.mesh = mtf.Mesh(self.graph, "mesh", var_placer)
         self.mesh_impl = mesh_impl
-        self.model = build_model(hp, vocab_size)
-        self.dtype = variable_dtype(hp)
+        self.model = build_model(hp, vocab_size, use_tpu)
+        self.dtype = variable_dtype(hp, use_tpu)
 
     def logits(self, f: dict[str, mtf.Tensor], targets: mtf.Tensor, mode: str, compute_loss: bool) -> Any:
         return self.model.call_simple(
@@ -269,10 +282,8 @@ def make_model_fn(
     hp: HParams, vocab_size: int, model_dir: str, train: TrainSettings | None = None, use_tpu: bool = False
 ) -> Any:
     """The Estimator model_fn for `hp`; see the module docstring for its contract."""
+    validate(hp, vocab_size, use_tpu)
     spec = meshlib.spec_from_hparams(hp)
-    meshlib.check_vocab(spec, vocab_size, hp.vocab_divisor)
-    optimization.check(hp)
-    variable_dtype(hp)
     train = train or TrainSettings()
 
     def model_fn(features: dict[str, tf.Tensor], labels: Any, mode: str, params: dict[str, Any] | None = None) -> Any:
@@ -287,7 +298,7 @@ def make_model_fn(
             if _use_fast_decode(hp, spec, decode, use_tpu):
                 return _fast_predict_spec(hp, vocab_size, features, decode)
         mesh_impl, var_placer = _mesh_impl(spec, params, use_tpu)
-        g = _Graph(hp, vocab_size, mesh_impl, var_placer)
+        g = _Graph(hp, vocab_size, mesh_impl, var_placer, use_tpu)
         batch_dim = mtf.Dimension("batch", int(batch_size))
         f = _import_features(g.mesh, features, batch_dim)
         if mode == ModeKeys.TRAIN:
@@ -365,7 +376,18 @@ def _train_spec(
         if not use_tpu:
             # On TPU these tensors live inside the TPU loop; TPUEstimator logs loss and
             # steps/s itself and the summaries leave through host_call.
-            hooks.append(TrainLogHook(tf_loss, lr, tokens, step_after, train.log_every_steps, model_dir))
+            hooks.append(
+                TrainLogHook(
+                    tf_loss,
+                    lr,
+                    tokens,
+                    step_after,
+                    train.log_every_steps,
+                    model_dir,
+                    train_steps=train.train_steps,
+                    progress=train.progress,
+                )
+            )
     host_call = None
     if use_tpu:
         host_call = mtf.utils.create_host_call(model_dir)
@@ -446,16 +468,46 @@ def _predict_spec(g: _Graph, f: dict[str, mtf.Tensor], decode: dict[str, Any], u
     )
 
 
+def _duration(seconds: float) -> str:
+    """'1h02m', '3m05s' or '42s': an ETA a person reads at a glance."""
+    seconds = max(0, int(round(seconds)))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds}s"
+
+
 class TrainLogHook(tf1.train.SessionRunHook):
-    """One log line and a steps/s + tokens/s summary every `every` steps."""
+    """Tells a person waiting on training how far it is and how long is left.
+
+    The first step is logged as soon as it ends (graph set-up and the first step can
+    take minutes on a CPU), then one line every `every` steps: loss, learning rate,
+    steps/s, tokens/s and the time left to `train_steps`; steps/s and tokens/s also go
+    to TensorBoard. With `progress`, a bar on stderr shows the same between log lines.
+    """
 
     def __init__(
-        self, loss: tf.Tensor, lr: tf.Tensor, tokens: tf.Tensor, step: tf.Tensor, every: int, model_dir: str
+        self,
+        loss: tf.Tensor,
+        lr: tf.Tensor,
+        tokens: tf.Tensor,
+        step: tf.Tensor,
+        every: int,
+        model_dir: str,
+        train_steps: int | None = None,
+        progress: bool = False,
     ) -> None:
         self._fetches = {"loss": loss, "lr": lr, "tokens": tokens, "step": step}
         self._every = max(1, int(every))
         self._model_dir = model_dir
+        self._train_steps = train_steps
+        self._progress = progress
+        self._bar: Any = None
+        self._bar_tokens = 0
+        self._bar_started = 0.0
         self._tokens = 0
+        self._created = time.monotonic()
         self._start: tuple[float, int] | None = None
 
     def before_run(self, run_context: Any) -> Any:
@@ -467,20 +519,37 @@ class TrainLogHook(tf1.train.SessionRunHook):
         now = time.monotonic()
         if self._start is None:
             self._start = (now, step)
+            self._log(
+                "step %d  loss %.4f  lr %.3g  (graph set-up and first step: %.1f s)",
+                step,
+                r["loss"],
+                r["lr"],
+                now - self._created,
+            )
+            self._open_bar(step)
             return
         self._tokens += int(r["tokens"])
+        if self._bar is not None:
+            self._bar_tokens += int(r["tokens"])
+            rate = self._bar_tokens / max(now - self._bar_started, 1e-9)
+            self._bar.set_postfix_str(f"loss {r['loss']:.4f}, {rate:.0f} tokens/s", refresh=False)
+            self._bar.update(step - self._bar.n)
         if step % self._every:
             return
         elapsed = max(now - self._start[0], 1e-9)
         steps_per_s = (step - self._start[1]) / elapsed
         tokens_per_s = self._tokens / elapsed
-        logging.info(
-            "step %d  loss %.4f  lr %.3g  %.2f steps/s  %.0f tokens/s",
+        eta = ""
+        if self._train_steps and steps_per_s > 0 and step < self._train_steps:
+            eta = f"  eta {_duration((self._train_steps - step) / steps_per_s)}"
+        self._log(
+            "step %d  loss %.4f  lr %.3g  %.2f steps/s  %.0f tokens/s%s",
             step,
             r["loss"],
             r["lr"],
             steps_per_s,
             tokens_per_s,
+            eta,
         )
         writer = tf1.summary.FileWriterCache.get(self._model_dir)
         writer.add_summary(
@@ -494,6 +563,28 @@ class TrainLogHook(tf1.train.SessionRunHook):
         )
         self._start = (now, step)
         self._tokens = 0
+
+    def end(self, session: Any) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def _open_bar(self, step: int) -> None:
+        if not self._progress:
+            return
+        from tqdm import tqdm
+
+        self._bar = tqdm(
+            total=self._train_steps, initial=step, unit="step", desc="training", file=sys.stderr, dynamic_ncols=True
+        )
+        self._bar_started = time.monotonic()
+
+    def _log(self, fmt: str, *args: Any) -> None:
+        if self._bar is None:
+            logging.info(fmt, *args)
+            return
+        with self._bar.external_write_mode(file=sys.stderr):
+            logging.info(fmt, *args)
 
 
 def session_config(hp: HParams) -> tf1.ConfigProto:

@@ -28,6 +28,8 @@ class RunInfo:
     data_dir: str
     usr_dir: str = ""
     flags: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The dtype the last training run computed in (hparams.json may say "auto").
+    activation_dtype: str = ""
 
 
 def atomic_write_text(path: str, text: str) -> None:

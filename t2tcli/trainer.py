@@ -16,7 +16,7 @@ from typing import Any
 
 from absl import logging
 
-from t2tcli import inputs, model, registry, run_info
+from t2tcli import inputs, model, numerics, registry, run_info
 from t2tcli import mesh as meshlib
 from t2tcli import problem as problem_lib
 from t2tcli.compat import tf
@@ -50,6 +50,7 @@ class TrainConfig:
     tpu_zone: str = ""
     gcp_project: str = ""
     random_seed: int | None = None
+    progress: bool = False
     usr_dirs: list[str] = dataclasses.field(default_factory=list)
     flags: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -122,6 +123,7 @@ def run(cfg: TrainConfig) -> int:
             raise UserError(f"--init_checkpoint={cfg.init_checkpoint}: no checkpoint there")
     vocab_path, vocab_size = vocabulary(cfg.data_dir, cfg.problem)
     problem_lib.data_files(cfg.data_dir, registry.problem(cfg.problem).components()[0][0].name, "train")
+    model.validate(hp, vocab_size, use_tpu=bool(cfg.tpu))
 
     step = latest_step(cfg.model_dir)
     if step >= cfg.train_steps:
@@ -139,6 +141,7 @@ def run(cfg: TrainConfig) -> int:
         data_dir=os.path.abspath(cfg.data_dir),
         usr_dir=",".join(cfg.usr_dirs),
         flags=cfg.flags,
+        activation_dtype=numerics.resolve(hp.activation_dtype, use_tpu=bool(cfg.tpu)),
     )
     run_info.save(cfg.model_dir, info, hp, vocab_path)
     logging.info("hparams: %s", json.dumps(hp.values(), sort_keys=True))
@@ -157,6 +160,7 @@ def run(cfg: TrainConfig) -> int:
             keep_checkpoint_max=cfg.keep_checkpoint_max,
             log_every_steps=cfg.log_every_steps,
             init_checkpoint=init or None,
+            progress=cfg.progress,
         ),
         tpu=model.TPUSettings(
             tpu=cfg.tpu,

@@ -62,8 +62,14 @@ def test_train_records_the_run_and_logs_progress(copy_run):
         run = json.load(f)
     assert run["problem"] == PROBLEMS[0] and run["hparams_set"] == "mtf_transformer_tiny"
     assert run["flags"]["train_steps"] == 40
+    assert run["activation_dtype"] in ("float32", "bfloat16")
     with open(os.path.join(model_dir, "hparams.json")) as f:
-        assert json.load(f)["d_model"] == 64
+        recorded = json.load(f)
+    assert recorded["d_model"] == 64 and recorded["activation_dtype"] == "auto"
+    assert f"activations in {run['activation_dtype']} (activation_dtype=auto: " in proc.stderr
+    # The first step is reported at once, whatever log_every_steps is; later lines say what is left.
+    assert re.search(r"step 1  loss [\d.]+  lr \S+  \(graph set-up and first step: [\d.]+ s\)", proc.stderr)
+    assert re.search(r"step 30  loss .* tokens/s  eta \d+s", proc.stderr)
     assert os.path.exists(os.path.join(model_dir, "vocab.model"))
     assert tf.train.latest_checkpoint(model_dir).endswith("model.ckpt-40")
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(model_dir))
@@ -100,12 +106,14 @@ def test_init_checkpoint_that_does_not_fit_lists_the_mismatches(data, copy_run, 
     [
         (["--hparams=d_fff=3"], "unknown hparam 'd_fff'; did you mean 'd_ff'?"),
         (["--mesh_shape=model:2", "--layout=heads:modle"], "names mesh dimension 'modle'"),
+        (["--hparams=activation_dtype=float16"], "activation_dtype='float16': use one of auto, bfloat16, float32"),
+        (["--hparams=optimizer=sgd"], "hparam optimizer='sgd'"),
     ],
 )
-def test_bad_flags_fail_in_one_line(data, tmp_path, args, message):
+def test_bad_flags_fail_in_one_line_and_write_nothing(data, tmp_path, args, message):
     proc = train(data, str(tmp_path / "bad"), *args, check=False)
     assert proc.returncode == 1 and message in proc.stderr and "Traceback" not in proc.stderr
-    assert not os.path.exists(tmp_path / "bad" / "checkpoint")
+    assert not os.path.exists(tmp_path / "bad")
 
 
 def test_float32_activations_train(data, tmp_path):

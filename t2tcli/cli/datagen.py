@@ -7,7 +7,7 @@ from absl import flags
 from t2tcli import registry
 from t2tcli.cli import common
 from t2tcli.errors import UserError
-from t2tcli.flags import FLAGS
+from t2tcli.flags import FLAGS, show_progress
 
 flags.DEFINE_boolean("overwrite", False, "Regenerate outputs even when complete ones exist.")
 flags.DEFINE_string(
@@ -35,6 +35,7 @@ def main() -> None:
         tfds_data_dir=FLAGS.tfds_data_dir,
         num_train_shards=FLAGS.num_shards,
         chunk_rows=FLAGS.chunk_rows,
+        progress=show_progress(),
     )
     for line in datagen.generate(problem, options):
         print(line, flush=True)

@@ -8,6 +8,7 @@ from absl import flags, logging
 
 from t2tcli.cli import common
 from t2tcli.errors import UserError
+from t2tcli.flags import show_progress
 
 flags.DEFINE_string("decode_from_file", None, "Input lines to decode; '-' reads stdin.")
 flags.DEFINE_string("decode_to_file", "-", "One output line per input line; '-' writes stdout.")
@@ -26,7 +27,6 @@ flags.DEFINE_boolean(
 flags.DEFINE_string(
     "score_file", None, "Lines 'input<TAB>target'; writes the log-likelihood of each target to --decode_to_file."
 )
-flags.DEFINE_boolean("progress", None, "Show a progress bar (default: when stderr is a terminal).")
 
 FLAGS = flags.FLAGS
 
@@ -81,9 +81,8 @@ class progress_bar:  # noqa: N801 - used like a function in a with statement
     """A tqdm bar on stderr when it is a terminal (or --progress); otherwise nothing."""
 
     def __init__(self, source: str) -> None:
-        show = FLAGS.progress if FLAGS.progress is not None else sys.stderr.isatty()
         self.bar = None
-        if show:
+        if show_progress():
             from tqdm import tqdm
 
             from t2tcli import textio

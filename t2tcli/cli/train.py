@@ -9,7 +9,7 @@ from absl import flags
 
 from t2tcli import trainer
 from t2tcli.cli import common
-from t2tcli.flags import FLAGS
+from t2tcli.flags import FLAGS, show_progress
 
 flags.DEFINE_integer("train_steps", 1000, "Train until the global step reaches this.")
 flags.DEFINE_integer("save_checkpoints_steps", 1000, "Write a checkpoint every this many steps (and at the end).")
@@ -84,6 +84,7 @@ def main() -> None:
         tpu_zone=FLAGS.tpu_zone,
         gcp_project=FLAGS.gcp_project,
         random_seed=FLAGS.random_seed,
+        progress=show_progress(),
         usr_dirs=list(FLAGS.usr_dir),
         flags={name: FLAGS[name].value for name in _RECORDED},
     )

@@ -1,0 +1,166 @@
+"""The activation dtype per machine, and the two CPU paths that keep bfloat16 from being a trap.
+
+Machines are described, not detected: no test depends on this machine's CPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from t2tcli import mesh as meshlib
+from t2tcli import model, numerics, registry
+from t2tcli.compat import tf
+from t2tcli.errors import UserError
+
+# isort: split
+import mesh_tensorflow as mtf
+
+tf1 = tf.compat.v1
+AVX2 = frozenset({"sse4_2", "avx", "avx2", "fma"})
+AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512vl"}
+AVX512_BF16 = AVX512 | {"avx512_bf16"}
+AMX = AVX512_BF16 | {"amx_bf16", "amx_tile", "amx_int8"}
+
+
+def cpu(flags, **kwargs):
+    return numerics.Machine("cpu", cpu_flags=frozenset(flags), **kwargs)
+
+
+@pytest.mark.parametrize(
+    "machine, dtype, why",
+    [
+        (cpu(AMX), "bfloat16", "AMX CPU"),
+        (cpu(AVX512_BF16), "bfloat16", "AVX512-BF16 CPU"),
+        (cpu(AVX512), "float32", "AVX-512 CPU without AMX or AVX512-BF16"),
+        (cpu(AVX2), "float32", "AVX2 CPU without AMX or AVX512-BF16"),
+        (cpu(AMX, onednn_max_isa="AVX2"), "float32", "ONEDNN_MAX_CPU_ISA=AVX2"),
+        (cpu(AMX, onednn_max_isa="AVX512_CORE_BF16"), "bfloat16", "AMX CPU"),
+        (cpu(AMX, onednn_max_isa="AVX512_CORE"), "float32", "below AVX512_CORE_BF16"),
+        (cpu(AVX512_BF16, onednn_enabled=False), "float32", "TF_ENABLE_ONEDNN_OPTS=0"),
+        (numerics.Machine("gpu", AVX2, gpu_capability=(8, 0)), "bfloat16", "compute capability 8.0"),
+        (numerics.Machine("gpu", AMX, gpu_capability=(7, 5)), "float32", "compute capability 7.5"),
+        (numerics.Machine("tpu", AVX2), "bfloat16", "TPU"),
+    ],
+)
+def test_auto_picks_bfloat16_only_where_it_is_native(machine, dtype, why):
+    choice = numerics.choose("auto", machine)
+    assert choice.dtype == dtype
+    assert why in choice.reason and choice.warning is None
+
+
+def test_an_explicit_dtype_wins_and_slow_bfloat16_is_warned_about():
+    slow = numerics.choose("bfloat16", cpu(AVX2))
+    assert slow.dtype == "bfloat16"
+    assert "slower than float32" in slow.warning and "activation_dtype=auto" in slow.warning
+    assert numerics.choose("bfloat16", cpu(AMX)).warning is None
+    assert numerics.choose("float32", cpu(AMX)) == numerics.Choice(
+        "float32", "activation_dtype=float32 (set explicitly)"
+    )
+
+
+@pytest.mark.parametrize("value", ["float16", "fp32", "", "BFLOAT16"])
+def test_other_values_are_refused_with_the_accepted_ones(value):
+    with pytest.raises(UserError, match="use one of auto, bfloat16, float32"):
+        numerics.choose(value, cpu(AVX2))
+
+
+def test_cpu_kind_names_the_class_a_figure_holds_for():
+    assert [cpu(f).cpu_kind() for f in (AMX, AVX512_BF16, AVX512, AVX2, {"sse2"})] == [
+        "AMX",
+        "AVX512-BF16",
+        "AVX-512",
+        "AVX2",
+        "no AVX2",
+    ]
+
+
+def test_flags_are_read_from_cpuinfo_and_onednn_settings_from_the_environment(tmp_path, monkeypatch):
+    info = tmp_path / "cpuinfo"
+    info.write_text(
+        "processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\nprocessor\t: 1\n"
+    )
+    assert numerics.cpu_flags(str(info)) == {"fpu", "avx2", "avx512f", "avx512_bf16"}
+    assert numerics.cpu_flags(str(tmp_path / "missing")) == frozenset()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx2")
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    machine = numerics.detect()
+    assert (machine.onednn_max_isa, machine.onednn_enabled) == ("AVX2", False)
+    assert numerics.detect(use_tpu=True).device == "tpu"
+
+
+def test_hparams_sets_default_to_auto_and_keep_it():
+    for name in ("mtf_transformer_tiny", "t5_small", "t5_base_tpu"):
+        assert registry.hparams(name).activation_dtype == "auto"
+
+
+def test_emulated_bfloat16_einsum_equals_float32_math_rounded_once():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((3, 5, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 7)).astype(np.float32)
+    spec = meshlib.spec_from_hparams(registry.hparams("mtf_transformer_tiny"))
+    emulated = meshlib.PlacementMeshImpl(spec.mtf_shape(), spec.mtf_layout(), [""], float32_einsums=True)
+    native = meshlib.PlacementMeshImpl(spec.mtf_shape(), spec.mtf_layout(), [""], float32_einsums=False)
+    bf16 = [tf.cast(x, tf.bfloat16) for x in (a, b)]
+    out = emulated.einsum("abc,cd->abd", *bf16)
+    assert out.dtype == tf.bfloat16
+    exact = np.einsum("abc,cd->abd", *(tf.cast(x, tf.float32).numpy() for x in bf16))
+    np.testing.assert_array_equal(out.numpy(), tf.cast(exact, tf.bfloat16).numpy())
+    np.testing.assert_allclose(tf.cast(native.einsum("abc,cd->abd", *bf16), tf.float32), exact, rtol=2e-2, atol=0.15)
+    float32 = [tf.constant(a), tf.constant(b)]
+    np.testing.assert_array_equal(emulated.einsum("abc,cd->abd", *float32), native.einsum("abc,cd->abd", *float32))
+
+
+def _embedding_and_grad(dtype: str, gather: bool, ids: np.ndarray, table: np.ndarray):
+    """The model's input embedding of `ids` and d(sum of squares)/d(table), one device."""
+    hp = registry.hparams("mtf_transformer_tiny")
+    hp.activation_dtype = dtype
+    with tf.Graph().as_default():
+        graph = mtf.Graph()
+        mesh = mtf.Mesh(graph, "mesh")
+        vocab_dim, model_dim = mtf.Dimension("vocab", table.shape[0]), mtf.Dimension("d_model", table.shape[1])
+        weights = mtf.import_tf_tensor(mesh, tf.constant(table), mtf.Shape([vocab_dim, model_dim]))
+        weights = mtf.cast(weights, tf.as_dtype(dtype))
+        shape = mtf.Shape([mtf.Dimension("batch", ids.shape[0]), mtf.Dimension("length", ids.shape[1])])
+        mtf_ids = mtf.import_tf_tensor(mesh, tf.constant(ids), shape)
+        if gather:
+            from t2tcli.embedding import gather_rows
+
+            out = gather_rows(weights, mtf_ids, vocab_dim)
+        else:
+            out = mtf.gather(weights, mtf_ids, vocab_dim)
+        loss = mtf.reduce_sum(mtf.square(mtf.cast(out, tf.float32)))
+        (grad,) = mtf.gradients([loss], [weights])
+        spec = meshlib.spec_from_hparams(hp)
+        lowering = mtf.Lowering(graph, {mesh: meshlib.placement_mesh_impl(spec, [""])})
+        with tf1.Session() as sess:
+            return sess.run([tf.cast(lowering.export_to_tf_tensor(t), tf.float32) for t in (out, grad)])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_row_lookup_embedding_equals_mesh_tensorflows_one_hot_einsum(dtype):
+    rng = np.random.default_rng(1)
+    table = rng.standard_normal((50, 8)).astype(np.float32)
+    ids = rng.integers(0, 50, size=(4, 6)).astype(np.int32)
+    ids[0, :3] = 7  # a repeated id: its gradient sums over its positions
+    looked_up, lookup_grad = _embedding_and_grad(dtype, True, ids, table)
+    one_hot, one_hot_grad = _embedding_and_grad(dtype, False, ids, table)
+    np.testing.assert_array_equal(looked_up, one_hot)
+    tolerance = 1e-6 if dtype == "float32" else 1e-2
+    np.testing.assert_allclose(lookup_grad, one_hot_grad, rtol=tolerance, atol=tolerance)
+    assert np.abs(lookup_grad[7]).sum() > 0 and not lookup_grad[[i for i in range(50) if i not in ids]].any()
+
+
+def test_the_model_gathers_embeddings_off_tpu_unless_the_mesh_splits_them():
+    from t2tcli import gin_bindings
+
+    tiny = registry.hparams("mtf_transformer_tiny")
+    assert gin_bindings.gathers_embeddings(tiny, use_tpu=False)
+    assert not gin_bindings.gathers_embeddings(tiny, use_tpu=True)
+    split = tiny.copy()
+    split.mesh_shape, split.layout = "batch:2", "batch:batch"
+    assert not gin_bindings.gathers_embeddings(split, use_tpu=False)
+    model_parallel = tiny.copy()
+    model_parallel.mesh_shape, model_parallel.layout = "model:2", "d_ff:model;heads:model"
+    assert gin_bindings.gathers_embeddings(model_parallel, use_tpu=False)
+    assert model.variable_names(tiny, 40)["shared/embedding"] == [128, 64]
