@@ -24,9 +24,14 @@ def base() -> HParams:
         d_kv=64,
         num_encoder_layers=6,
         num_decoder_layers=6,
-        ffn_activation="relu",
+        ffn_activation="relu",  # or e.g. "gated-gelu" (T5 v1.1): act(x wi_0) * (x wi_1)
         relative_attention_num_buckets=32,
         vocab_divisor=128,
+        # T5 v1.0 computes logits with the embedding matrix; v1.1 has decoder/logits/kernel.
+        tie_embeddings=True,
+        # Norm variables: T5 v1.0's .../layer_norm/scale and final_layer_norm/scale, or
+        # T5 v1.1's .../rms_norm/scale (see t2tcli.weight_names).
+        norm_scope="layer_norm",
         # Regularisation and loss.
         dropout_rate=0.1,
         label_smoothing=0.0,
@@ -84,6 +89,38 @@ def _t5(d_model: int, d_ff: int, num_heads: int, d_kv: int, num_layers: int) -> 
         )
     )
     return hp
+
+
+def _t5_v1_1(d_model: int, d_ff: int, num_heads: int, num_layers: int) -> HParams:
+    """T5 v1.1's layout: gated-GELU FFN, an output projection of its own, rms_norm names."""
+    hp = _t5(d_model, d_ff, num_heads, 64, num_layers)
+    hp.override_from_dict(dict(ffn_activation="gated-gelu", tie_embeddings=False, norm_scope="rms_norm"))
+    return hp
+
+
+# T5 v1.1 and FLAN-T5 (T5 v1.1 fine-tuned on instructions) share their shapes; mT5 adds a
+# 250,112-row vocabulary, which comes with its checkpoint and SentencePiece model.
+_V1_1_SIZES = {
+    "small": (512, 1024, 6, 8),
+    "base": (768, 2048, 12, 12),
+    "large": (1024, 2816, 16, 24),
+    "xl": (2048, 5120, 32, 24),
+    "xxl": (4096, 10240, 64, 24),
+}
+for _family, _what in (
+    ("t5_v1_1", "T5 v1.1"),
+    ("flan_t5", "FLAN-T5 (T5 v1.1 layout)"),
+    ("mt5", "mT5 (T5 v1.1 layout, 250,112-row vocabulary)"),
+):
+    for _size, _dims in _V1_1_SIZES.items():
+
+        def _make(dims: tuple[int, int, int, int] = _dims) -> HParams:
+            return _t5_v1_1(*dims)
+
+        _make.__doc__ = (
+            f"{_what} {_size}: d_model {_dims[0]}, d_ff {_dims[1]}, {_dims[2]} heads, {_dims[3]} layers a side."
+        )
+        register_hparams(f"{_family}_{_size}")(_make)
 
 
 @register_hparams

@@ -120,7 +120,7 @@ def average(model_dir: str, num_last: int, output_dir: str) -> tuple[str, list[i
 
     os.makedirs(output_dir, exist_ok=True)
     out_path = os.path.join(output_dir, f"model.ckpt-{newest_step}")
-    _write(values, out_path)
+    write_checkpoint(values, out_path)
     for name in (RUN_FILE, HPARAMS_FILE, VOCAB_FILE):
         src = os.path.join(model_dir, name)
         if os.path.exists(src):
@@ -128,7 +128,7 @@ def average(model_dir: str, num_last: int, output_dir: str) -> tuple[str, list[i
     return out_path, [s for s, _ in chosen]
 
 
-def _write(values: dict, out_path: str) -> None:
+def write_checkpoint(values: dict, out_path: str) -> None:
     """Saves named arrays as a TF1 checkpoint and points the `checkpoint` file at it last."""
     graph = tf.Graph()
     with graph.as_default():

@@ -39,9 +39,9 @@ from t2tcli import shards
 from t2tcli.errors import UserError
 from t2tcli.packed_encoder import PackedTextEncoder
 from t2tcli.problem import Problem, Text2TextProblem, meta_path, read_meta, shard_path, vocab_path
-from t2tcli.run_info import atomic_copy, atomic_write_text
+from t2tcli.run_info import atomic_write_text
 from t2tcli.sources import ReadOptions, Source
-from t2tcli.vocab import Vocabulary, train_vocabulary
+from t2tcli.vocab import Vocabulary, check_layout, train_vocabulary, with_sentinels, write_model
 
 SKIPPED_LINES_REPORTED = 10
 PERCENTILES = (50, 90, 95, 99)
@@ -65,6 +65,7 @@ class Options:
     num_train_shards: int | None = None
     chunk_rows: int = 20_000
     progress: bool | None = None  # None: a bar only when stderr is a terminal
+    vocab_from: str | None = None  # a SentencePiece model or HF model directory to use as the vocabulary
 
 
 @dataclasses.dataclass
@@ -167,7 +168,8 @@ def generate(problem: Problem, options: Options) -> list[str]:
     os.makedirs(options.data_dir, exist_ok=True)
     tasks = [task for task, _ in problem.components()]
     vocab_file = problem.vocab_file(options.data_dir)
-    need_vocab = options.overwrite or not os.path.exists(vocab_file)
+    source_vocab = vocabulary_source(problem, options.vocab_from)
+    need_vocab = options.overwrite or not os.path.exists(vocab_file) or _differs(vocab_file, source_vocab)
     fingerprints = {task.name: source_fingerprint(task, options) for task in tasks}
     pending = [
         task
@@ -188,7 +190,7 @@ def generate(problem: Problem, options: Options) -> list[str]:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return summaries + _generate(problem, options, pending, vocab_file, need_vocab, fingerprints)
+        return summaries + _generate(problem, options, pending, vocab_file, source_vocab, need_vocab, fingerprints)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -218,6 +220,7 @@ def _generate(
     options: Options,
     pending: list[Text2TextProblem],
     vocab_file: str,
+    source_vocab: bytes | None,
     need_vocab: bool,
     fingerprints: dict[str, str],
 ) -> list[str]:
@@ -234,7 +237,7 @@ def _generate(
                 shutil.rmtree(_work_dir(task, options), ignore_errors=True)
             summaries.append(_summary(meta, time.monotonic() - start))
         return summaries
-    sample = VocabSample(problem.vocab.max_training_sentences) if not problem.vocab.from_file else None
+    sample = VocabSample(problem.vocab.max_training_sentences) if source_vocab is None else None
     seconds = {task.name: 0.0 for task in pending}
     spools = {}
     try:
@@ -243,7 +246,7 @@ def _generate(
             spools[task.name] = read_task(task, options, fingerprints[task.name], sample)
             seconds[task.name] += time.monotonic() - start
         start = time.monotonic()
-        make_vocabulary(problem, vocab_file, sample)
+        make_vocabulary(problem, vocab_file, source_vocab, sample)
         for task in pending:  # the shared vocabulary's cost, spread by share of rows
             share = spools[task.name].rows / max(1, sum(s.rows for s in spools.values()))
             seconds[task.name] += share * (time.monotonic() - start)
@@ -459,13 +462,57 @@ def _check_skipped(task: Text2TextProblem, source: Source, report: SourceReport)
     logging.warning("%s: %s", task.name, message)
 
 
-def make_vocabulary(problem: Problem, vocab_file: str, sample: VocabSample | None) -> None:
+def vocabulary_source(problem: Problem, override: str | None = None) -> bytes | None:
+    """The SentencePiece model the problem's vocabulary is copied from, as it will be
+    written (sentinels included); None when it is trained on the data.
+
+    `override` (t2t-datagen --vocab_from) replaces the problem's own source: a
+    SentencePiece model file, or a Hugging Face model directory (its spiece.model and
+    sentinels), so a problem can be generated for a pretrained model without editing it.
+    """
     spec = problem.vocab
-    if spec.from_file:
-        if not os.path.exists(spec.from_file):
-            raise UserError(f"vocabulary {spec.from_file} (vocab.from_file of '{problem.name}') not found")
-        Vocabulary(spec.from_file)  # checks the pad/eos/unk layout before it becomes the vocabulary
-        atomic_copy(spec.from_file, vocab_file)
+    path = override or spec.source
+    if path is None:
+        return None
+    what = "--vocab_from" if override else f"the vocabulary of problem '{problem.name}'"
+    from t2tcli import hf_t5
+
+    if "://" in path:  # e.g. T5's gs://t5-data/vocabs/...: through TensorFlow's file system
+        from t2tcli.compat import tf
+
+        if not tf.io.gfile.exists(path):
+            raise UserError(f"{path} ({what}) not found")
+        with tf.io.gfile.GFile(path, "rb") as f:
+            proto = with_sentinels(f.read(), spec.extra_ids)
+    elif not os.path.exists(path):
+        raise UserError(f"{path} ({what}) not found")
+    elif hf_t5.is_model_dir(path):
+        proto = hf_t5.open_model(path).vocabulary_proto()
+    elif os.path.isdir(path):
+        raise UserError(
+            f"{path} ({what}): a directory without {hf_t5.CONFIG}; "
+            "expected a SentencePiece .model file or a Hugging Face model directory"
+        )
+    else:
+        with open(path, "rb") as f:
+            proto = with_sentinels(f.read(), spec.extra_ids)
+    check_layout(proto, path)
+    return proto
+
+
+def _differs(vocab_file: str, proto: bytes | None) -> bool:
+    """Whether an existing vocabulary file is not the one a source would write."""
+    if proto is None or not os.path.exists(vocab_file):
+        return False
+    with open(vocab_file, "rb") as f:
+        return f.read() != proto
+
+
+def make_vocabulary(problem: Problem, vocab_file: str, source: bytes | None, sample: VocabSample | None) -> None:
+    """Writes the problem's vocabulary: `source` as it is, or one trained on `sample`."""
+    spec = problem.vocab
+    if source is not None:
+        write_model(source, vocab_file)
         return
     assert sample is not None
     sentences = sample.sentences()
@@ -477,6 +524,7 @@ def make_vocabulary(problem: Problem, vocab_file: str, sample: VocabSample | Non
         model_type=spec.model_type,
         user_defined_symbols=spec.user_defined_symbols,
         character_coverage=spec.character_coverage,
+        sentinels=spec.extra_ids,
     )
 
 

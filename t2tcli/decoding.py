@@ -91,6 +91,11 @@ def input_formatter(problem: Any, raw: bool) -> Callable[[str], str]:
     training (e.g. question pairs from 'q1<TAB>q2'), or as it is with --raw_inputs."""
     if raw:
         return lambda line: line
+    if problem is None:
+        raise UserError(
+            "this model_dir was trained on no problem: pass --raw_inputs to feed lines as they are, "
+            "or --problem=NAME to format them as that problem does"
+        )
     if problem.is_mixture:
         names = ", ".join(task.name for task, _ in problem.components())
         raise UserError(

@@ -96,7 +96,7 @@ def export(model: LoadedModel, export_dir: str, checkpoint_path: str, decode: di
     path = path.decode() if isinstance(path, bytes) else path
     info = {
         "checkpoint": checkpoint_path,
-        "problem": model.problem.name,
+        "problem": model.problem.name if model.problem else None,
         "batch_size": batch_size,
         "inputs_length": inputs_length,
         "decode": decode,

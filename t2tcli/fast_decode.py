@@ -23,10 +23,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from t2tcli import numerics
+from t2tcli import numerics, weight_names
 from t2tcli.compat import tf
 from t2tcli.hparams import HParams
-from t2tcli.mesh import padded_vocab_size
 from t2tcli.vocab import EOS_ID
 
 tf1 = tf.compat.v1
@@ -51,13 +50,6 @@ ACTIVATIONS: dict[str, Callable[[tf.Tensor], tf.Tensor]] = {
 }
 
 
-def unsupported_reason(hp: HParams) -> str | None:
-    """Why `hp`'s model cannot use this module (None when it can)."""
-    if hp.ffn_activation not in ACTIVATIONS:
-        return f"ffn_activation={hp.ffn_activation!r}"
-    return None
-
-
 @dataclasses.dataclass(frozen=True)
 class Dims:
     d_model: int
@@ -76,64 +68,57 @@ def _variable(name: str, shape: list[int]) -> tf.Tensor:
 
 
 class Weights:
-    """The model's variables, read once per batch in the activation dtype."""
+    """The model's variables, read once per batch in the activation dtype, named as
+    t2tcli.weight_names names them for this architecture."""
 
     def __init__(self, hp: HParams, vocab_size: int) -> None:
-        vocab_size = padded_vocab_size(vocab_size, hp.vocab_divisor)
+        arch = weight_names.Architecture.from_hparams(hp, vocab_size)
+        shapes = weight_names.mesh_shapes(arch)
         self.dims = Dims(hp.d_model, hp.num_heads, hp.d_kv, tf.as_dtype(numerics.resolve(hp.activation_dtype)))
-        self.activation = ACTIVATIONS[hp.ffn_activation]
-        d, inner = hp.d_model, self.dims.inner
+        self.activation = ACTIVATIONS[hp.ffn_activation.removeprefix("gated-")]
+        self.gated = arch.gated
         cast = self.cast
 
+        def read(name: str) -> tf.Tensor:
+            return cast(_variable(name, shapes[name]))
+
         def attention(scope: str, fused: tuple[str, ...]) -> dict[str, tf.Tensor]:
-            w = {n: _variable(f"{scope}/{n}", [d, inner]) for n in ("q", "k", "v")}
             return {
-                "".join(fused): cast(tf.concat([w[n] for n in fused], axis=1)),
-                **({} if "q" in fused else {"q": cast(w["q"])}),
-                "o": cast(_variable(f"{scope}/o", [inner, d])),
+                "".join(fused): tf.concat([read(f"{scope}/{n}") for n in fused], axis=1),
+                **({} if "q" in fused else {"q": read(f"{scope}/q")}),
+                "o": read(f"{scope}/o"),
             }
-
-        def ffn(scope: str) -> dict[str, tf.Tensor]:
-            return {
-                "wi": cast(_variable(f"{scope}/DenseReluDense/wi/kernel", [d, hp.d_ff])),
-                "wo": cast(_variable(f"{scope}/DenseReluDense/wo/kernel", [hp.d_ff, d])),
-            }
-
-        def norm(scope: str) -> tf.Tensor:
-            return cast(_variable(f"{scope}/rms_norm/scale", [d]))
-
-        self.embedding = cast(_variable("shared/embedding", [vocab_size, d]))
 
         def block(side: str, i: int) -> dict[str, Any]:
             """Block i of a stack: self-attention, (decoder) encoder-decoder attention, FFN,
-            each sublayer a layer_NNN scope with its own norm."""
-            sublayers = ("self", "cross", "ffn") if side == "decoder" else ("self", "ffn")
+            each with the norm in front of it."""
             out: dict[str, Any] = {}
-            for j, name in enumerate(sublayers):
-                scope = f"{side}/block_{i:03d}/layer_{j:03d}"
-                out[f"{name}_norm"] = norm(scope)
-                if name == "self":
-                    out["self"] = attention(f"{scope}/SelfAttention", ("q", "k", "v"))
-                elif name == "cross":
-                    out["cross"] = attention(f"{scope}/EncDecAttention", ("k", "v"))
+            for sublayer in weight_names.sublayers(side):
+                out[f"{sublayer}_norm"] = read(weight_names.norm(arch, side, i, sublayer))
+                if sublayer == "ffn":
+                    kernels = weight_names.ffn(arch, side, i)
+                    # A gated FFN's two input projections run as one matmul, split after.
+                    out["wi"] = tf.concat([read(kernels[role]) for role in kernels if role != "wo"], axis=1)
+                    out["wo"] = read(kernels["wo"])
                 else:
-                    out.update(ffn(scope))
+                    fused = ("q", "k", "v") if sublayer == "self" else ("k", "v")
+                    out[sublayer] = attention(weight_names.attention(side, i, sublayer), fused)
             return out
 
+        self.embedding = read(weight_names.EMBEDDING)
+        # T5 v1.0 computes logits with the embedding (and scales the decoder's output by
+        # d_model ** -0.5 first); v1.1 has an output projection of its own, unscaled.
+        self.logits_kernel = None if arch.tie_embeddings else read(weight_names.LOGITS)
         self.encoder = [block("encoder", i) for i in range(hp.num_encoder_layers)]
         self.decoder = [block("decoder", i) for i in range(hp.num_decoder_layers)]
-        buckets = [hp.num_heads, hp.relative_attention_num_buckets]
         # "bias_shared": each stack's first layer holds the one relative-position bias. It
         # is added to float32 logits, rounded to the activation dtype first as mesh-tf does.
         self.encoder_bias, self.decoder_bias = (
-            tf.cast(
-                cast(_variable(f"{side}/block_000/layer_000/SelfAttention/relative_attention_bias", buckets)),
-                tf.float32,
-            )
-            for side in ("encoder", "decoder")
+            tf.cast(read(weight_names.relative_bias(side)), tf.float32) for side in weight_names.SIDES
         )
-        self.encoder_final_norm = cast(_variable("encoder/rms_norm/scale", [d]))
-        self.decoder_final_norm = cast(_variable("decoder/rms_norm/scale", [d]))
+        self.encoder_final_norm, self.decoder_final_norm = (
+            read(weight_names.final_norm(arch, side)) for side in weight_names.SIDES
+        )
 
     def cast(self, x: tf.Tensor) -> tf.Tensor:
         return tf.cast(x, self.dims.dtype)
@@ -203,8 +188,13 @@ def _attend(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, bias: tf.Tensor) -> tf.Ten
 def _ffn(w: Weights, layer: dict[str, Any], x: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
     """x plus the FFN of its norm (scaled by `scale`, in x's dtype); the matmuls run in
     the activation dtype."""
-    h = w.cast(_rms_norm(x, scale))
-    return x + tf.cast(tf.matmul(w.activation(tf.matmul(h, layer["wi"])), layer["wo"]), x.dtype)
+    h = _dense(w.cast(_rms_norm(x, scale)), layer["wi"])
+    if w.gated:
+        gate, linear = tf.split(h, 2, axis=-1)
+        h = w.activation(gate) * linear
+    else:
+        h = w.activation(h)
+    return x + tf.cast(_dense(h, layer["wo"]), x.dtype)
 
 
 def _dense(x: tf.Tensor, kernel: tf.Tensor, transpose: bool = False) -> tf.Tensor:
@@ -283,10 +273,11 @@ def _cross_attention(w: Weights, layer: dict[str, Any], i: int, x: tf.Tensor, en
 
 
 def _logits(w: Weights, x: tf.Tensor) -> tf.Tensor:
-    """Float32 logits from the decoder's last layer (embedding shared with the softmax);
-    the final norm runs in x's dtype."""
-    x = w.cast(_rms_norm(x, tf.cast(w.decoder_final_norm, x.dtype)) * (w.dims.d_model**-0.5))
-    return tf.cast(_dense(x, w.embedding, transpose=True), tf.float32)
+    """Float32 logits from the decoder's last layer; the final norm runs in x's dtype."""
+    x = _rms_norm(x, tf.cast(w.decoder_final_norm, x.dtype))
+    if w.logits_kernel is not None:
+        return tf.cast(_dense(w.cast(x), w.logits_kernel), tf.float32)
+    return tf.cast(_dense(w.cast(x * (w.dims.d_model**-0.5)), w.embedding, transpose=True), tf.float32)
 
 
 def teacher_forced_logits(w: Weights, enc: Encoded, targets: tf.Tensor) -> tf.Tensor:
@@ -417,12 +408,6 @@ def _while(cond: Callable, body: Callable, initial: tuple, caches: _Caches) -> l
     return tf.while_loop(cond, body, initial, shape_invariants=(*fixed, *shapes), parallel_iterations=1)
 
 
-def _without_padding(logits: tf.Tensor) -> tf.Tensor:
-    """Id 0 means "after EOS" in every output, so it is never chosen (an undertrained
-    model may rank it first); scores stay the model's own log-probabilities."""
-    return logits + tf.one_hot(0, tf.shape(logits)[-1], on_value=NEG_INF, off_value=0.0)
-
-
 def _top_k_filter(logits: tf.Tensor, top_k: int) -> tf.Tensor:
     kth = tf.math.top_k(logits, k=top_k).values[:, -1:]
     return tf.where(logits < kth, NEG_INF, logits)
@@ -441,14 +426,15 @@ def sample(
         logits, caches = stepper(step, prev, list(caches))
         logp = tf.nn.log_softmax(logits)
         if temperature > 0:
-            chooser = _without_padding(logits) / temperature
+            chooser = logits / temperature
             if top_k:
                 chooser = _top_k_filter(chooser, top_k)
             token = tf.cast(tf.random.categorical(chooser, 1)[:, 0], tf.int32)
         else:
-            token = tf.argmax(_without_padding(logits), axis=-1, output_type=tf.int32)
+            token = tf.argmax(logits, axis=-1, output_type=tf.int32)
         token = tf.where(done, 0, token)
-        total += tf.where(done, 0.0, tf.gather(logp, token, batch_dims=1))
+        # A padding id (which an undertrained model may emit) scores 0, as in teacher forcing.
+        total += tf.where(done | tf.equal(token, 0), 0.0, tf.gather(logp, token, batch_dims=1))
         ids = tf.tensor_scatter_nd_update(ids, tf.stack([tf.range(rows), tf.fill([rows], step)], axis=1), token)
         done = done | tf.equal(token, EOS_ID)
         return (step + 1, token, done, total, ids, *caches)
@@ -476,13 +462,15 @@ def beam_search(
     w: Weights, inputs: tf.Tensor, length: int, beam_size: int, alpha: float
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Beam search: (int32 [batch, length] ids of each row's best finished hypothesis, by
-    log-probability / ((5 + length) / 6) ** alpha; float32 [batch] its log-probability;
-    int32 scalar number of steps the loop ran).
+    log-probability / ((5 + length) / 6) ** alpha; float32 [batch] its score as teacher
+    forcing computes it; int32 scalar number of steps the loop ran).
 
     A row with no hypothesis ending in EOS within `length` steps gets its most probable
     unfinished one. The loop stops when no unfinished hypothesis of any row can still
     beat that row's best finished one. Cache rows follow their hypotheses as the next
-    step appends to them.
+    step appends to them. Hypotheses are ranked by all their tokens' log-probabilities,
+    as mesh-tensorflow ranks them; the score reported leaves out padding ids (which an
+    undertrained model may emit), as teacher forcing does.
     """
     batch, k = int(inputs.shape[0]), beam_size
     rows = batch * k
@@ -491,31 +479,34 @@ def beam_search(
     neg = tf.constant(-1e30)
     row_offsets = tf.range(batch)[:, None] * k  # [batch, 1]
 
-    def body(step, source, alive_ids, alive_logp, fin_ids, fin_score, fin_logp, *caches):  # noqa: ANN001, ANN202
+    def body(step, source, alive_ids, alive_logp, alive_kept, fin_ids, fin_score, fin_logp, *caches):  # noqa: ANN001, ANN202
         prev = tf.reshape(tf.gather(alive_ids, tf.maximum(step - 1, 0), axis=2), [rows])
         prev = tf.where(step > 0, prev, 0)
         logits, caches = stepper(step, prev, list(caches), source)
         logp = tf.nn.log_softmax(logits)
-        logp = tf.reshape(tf.maximum(_without_padding(logp), neg), [batch, k, vocab])
+        logp = tf.reshape(tf.maximum(logp, neg), [batch, k, vocab])
         candidates = tf.reshape(alive_logp[:, :, None] + logp, [batch, k * vocab])
         cand_logp, flat = tf.math.top_k(candidates, k=2 * k)  # [batch, 2k]
         parent, token = flat // vocab, flat % vocab
+        step_logp = cand_logp - tf.gather(alive_logp, parent, batch_dims=1)
+        cand_kept = tf.gather(alive_kept, parent, batch_dims=1) + tf.where(tf.equal(token, 0), 0.0, step_logp)
         cand_ids = tf.gather(alive_ids, parent, batch_dims=1)  # [batch, 2k, length]
         cand_ids = tf.where(tf.equal(tf.range(length)[None, None, :], step), token[:, :, None], cand_ids)
         is_eos = tf.equal(token, EOS_ID)
         # The k best candidates that go on.
         alive_logp, keep = tf.math.top_k(tf.where(is_eos, neg, cand_logp), k=k)
         alive_ids = tf.gather(cand_ids, keep, batch_dims=1)
+        alive_kept = tf.gather(cand_kept, keep, batch_dims=1)
         source = tf.reshape(tf.gather(parent, keep, batch_dims=1) + row_offsets, [rows])
         # The k best finished hypotheses, old and new.
         new_score = tf.where(is_eos, cand_logp / _length_penalty(step + 1, alpha), neg)
         all_score = tf.concat([fin_score, new_score], axis=1)
         fin_score, best = tf.math.top_k(all_score, k=k)
         fin_ids = tf.gather(tf.concat([fin_ids, cand_ids], axis=1), best, batch_dims=1)
-        fin_logp = tf.gather(tf.concat([fin_logp, cand_logp], axis=1), best, batch_dims=1)
-        return (step + 1, source, alive_ids, alive_logp, fin_ids, fin_score, fin_logp, *caches)
+        fin_logp = tf.gather(tf.concat([fin_logp, cand_kept], axis=1), best, batch_dims=1)
+        return (step + 1, source, alive_ids, alive_logp, alive_kept, fin_ids, fin_score, fin_logp, *caches)
 
-    def cond(step, source, alive_ids, alive_logp, fin_ids, fin_score, *_):  # noqa: ANN001, ANN202
+    def cond(step, source, alive_ids, alive_logp, alive_kept, fin_ids, fin_score, *_):  # noqa: ANN001, ANN202
         best_possible = alive_logp[:, 0] / _length_penalty(length, alpha)
         settled = fin_score[:, 0] >= best_possible
         return (step < length) & ~tf.reduce_all(settled)
@@ -526,15 +517,17 @@ def beam_search(
         tf.range(rows),
         tf.zeros([batch, k, length], tf.int32),
         first,
+        tf.zeros([batch, k]),
         tf.zeros([batch, k, length], tf.int32),
         tf.fill([batch, k], neg),
         tf.fill([batch, k], neg),
         *stepper.caches.loop_vars(),
     )
-    steps, _, alive_ids, alive_logp, fin_ids, fin_score, fin_logp, *_ = _while(cond, body, initial, stepper.caches)
+    out = _while(cond, body, initial, stepper.caches)
+    steps, _, alive_ids, _, alive_kept, fin_ids, fin_score, fin_logp = out[:8]
     finished = fin_score[:, 0] > neg / 2
     ids = tf.where(finished[:, None], fin_ids[:, 0], alive_ids[:, 0])
-    return ids, tf.where(finished, fin_logp[:, 0], alive_logp[:, 0]), steps
+    return ids, tf.where(finished, fin_logp[:, 0], alive_kept[:, 0]), steps
 
 
 def decode(

@@ -3,8 +3,9 @@
 mesh-tensorflow's `transformer` package reads its architecture from gin. Gin is global
 state, so `apply()` clears it and installs the bindings derived from one HParams right
 before a graph is built; nothing else in t2tcli touches gin. The bindings reproduce
-T5 v1.0's `bi_v1.gin` layout (pre-norm RMS layers, relative attention biases, relu FFN,
-shared embedding and softmax) so variable names match the released T5 checkpoints.
+T5's layouts (pre-norm RMS layers, relative attention biases; v1.0's relu FFN and
+embedding shared with the softmax, or v1.1's gated FFN and separate output projection)
+so variable names match the released T5 checkpoints (see t2tcli.weight_names).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import gin
 from t2tcli import compat  # noqa: F401  (shims before mesh_tensorflow)
 from t2tcli.hparams import HParams
 from t2tcli.mesh import spec_from_hparams
+from t2tcli.weight_names import is_gated
 
 _LAYERS = "mesh_tensorflow.transformer.transformer_layers"
 
@@ -27,6 +29,16 @@ def gathers_embeddings(hp: HParams, use_tpu: bool) -> bool:
 
 def bindings(hp: HParams, use_tpu: bool = False) -> list[str]:
     """The gin bindings (one string each) that configure a Bitransformer for `hp`."""
+    # T5 v1.0's norm variables are .../layer_norm/scale and final_layer_norm/scale (mesh-tf's
+    # "legacy" sublayers); v1.1's are .../rms_norm/scale. The computation is the same.
+    if hp.norm_scope == "layer_norm":
+        norm, final_norm = "sublayer_legacy_rms_norm", "sublayer_legacy_final_rms_norm"
+    else:
+        norm = final_norm = "sublayer_rms_norm"
+    # A gated FFN (T5 v1.1's gated-gelu) multiplies act(x wi_0) by the linear x wi_1.
+    activation = (
+        [hp.ffn_activation.removeprefix("gated-"), "linear"] if is_gated(hp.ffn_activation) else hp.ffn_activation
+    )
     out = [
         f"encoder/make_layer_stack.layers = [@{_LAYERS}.SelfAttention, @{_LAYERS}.DenseReluDense]",
         f"decoder/make_layer_stack.layers = "
@@ -35,12 +47,12 @@ def bindings(hp: HParams, use_tpu: bool = False) -> list[str]:
         f"decoder/make_layer_stack.num_layers = {hp.num_decoder_layers}",
         "make_layer_stack.block_scope = True",
         "LayerStack.sublayers_initial = [@transformer.sublayer_dropout]",
-        "LayerStack.sublayers_per_layer = [@transformer.sublayer_rms_norm, @transformer.sublayer_call_layer, "
+        f"LayerStack.sublayers_per_layer = [@transformer.{norm}, @transformer.sublayer_call_layer, "
         "@transformer.sublayer_dropout, @transformer.sublayer_residual]",
-        "LayerStack.sublayers_final = [@transformer.sublayer_rms_norm, @transformer.sublayer_dropout]",
+        f"LayerStack.sublayers_final = [@transformer.{final_norm}, @transformer.sublayer_dropout]",
         f"sublayer_dropout.dropout_rate = {hp.dropout_rate!r}",
         f"Unitransformer.d_model = {hp.d_model}",
-        "Unitransformer.shared_embedding_and_softmax_weights = True",
+        f"Unitransformer.shared_embedding_and_softmax_weights = {bool(hp.tie_embeddings)}",
         "Unitransformer.positional_embedding = False",
         "Unitransformer.max_length = 512",
         f"Unitransformer.vocab_divisor = {hp.vocab_divisor}",
@@ -54,7 +66,7 @@ def bindings(hp: HParams, use_tpu: bool = False) -> list[str]:
         f"SelfAttention.relative_attention_num_buckets = {hp.relative_attention_num_buckets}",
         f"DenseReluDense.hidden_size = {hp.d_ff}",
         f"DenseReluDense.dropout_rate = {hp.dropout_rate!r}",
-        f"DenseReluDense.activation = {hp.ffn_activation!r}",
+        f"DenseReluDense.activation = {activation!r}",
     ]
     if gathers_embeddings(hp, use_tpu):
         out.append("get_vocab_embedding_cls.cls = @t2tcli.GatherVocabEmbedding")

@@ -26,7 +26,7 @@ class LoadedModel:
     model_dir: str
     info: run_info.RunInfo
     hparams: HParams
-    problem: Problem
+    problem: Problem | None  # None: a pretrained model written by t2t-train --train_steps=0 without a problem
     vocab: Vocabulary
 
 
@@ -45,7 +45,8 @@ def load(model_dir: str, problem: str | None = None, hparams: str = "") -> Loade
             else:
                 logging.warning("usr_dir %s recorded by training no longer exists; pass --usr_dir", usr_dir)
     hp.parse(hparams)
-    return LoadedModel(model_dir, info, hp, registry.problem(problem or info.problem), Vocabulary(vocab_path))
+    name = problem or info.problem
+    return LoadedModel(model_dir, info, hp, registry.problem(name) if name else None, Vocabulary(vocab_path))
 
 
 def text_decoder(vocab: Vocabulary):

@@ -19,6 +19,7 @@ import re
 from t2tcli.compat import tf
 from t2tcli.errors import UserError, did_you_mean
 from t2tcli.hparams import HParams
+from t2tcli.weight_names import padded_vocab_size
 
 # isort: split
 # Imported after t2tcli.compat, whose shims mesh_tensorflow needs.
@@ -122,11 +123,6 @@ def check_batch(spec: MeshSpec, batch_size: int) -> None:
     ways = spec.split_of("batch")
     if batch_size % ways:
         raise UserError(f"batch of {batch_size} sequences does not split {ways} ways over mesh_shape")
-
-
-def padded_vocab_size(vocab_size: int, vocab_divisor: int) -> int:
-    """The model's vocabulary dimension: mesh-tf pads it to a multiple of vocab_divisor."""
-    return -(-vocab_size // vocab_divisor) * vocab_divisor
 
 
 def check_vocab(spec: MeshSpec, vocab_size: int, vocab_divisor: int) -> None:

@@ -44,7 +44,7 @@ from typing import Any
 
 from absl import logging
 
-from t2tcli import fast_decode, gin_bindings, numerics, optimization
+from t2tcli import fast_decode, gin_bindings, inputs, numerics, optimization, weight_names
 from t2tcli import mesh as meshlib
 from t2tcli.compat import tf
 from t2tcli.decoding import DECODE_KEYS, ENGINES
@@ -91,8 +91,10 @@ def validate(hp: HParams, vocab_size: int, use_tpu: bool = False) -> None:
     spec = meshlib.spec_from_hparams(hp)
     meshlib.check_vocab(spec, vocab_size, hp.vocab_divisor)
     optimization.check(hp)
-    if hp.ffn_activation not in fast_decode.ACTIVATIONS:
-        raise UserError(f"hparam ffn_activation={hp.ffn_activation!r}: use one of {', '.join(fast_decode.ACTIVATIONS)}")
+    if hp.ffn_activation.removeprefix("gated-") not in fast_decode.ACTIVATIONS:
+        known = ", ".join(fast_decode.ACTIVATIONS)
+        raise UserError(f"hparam ffn_activation={hp.ffn_activation!r}: use one of {known}, or gated-<one of them>")
+    weight_names.Architecture.from_hparams(hp, vocab_size)
     variable_dtype(hp, use_tpu)
 
 
@@ -156,14 +158,9 @@ def _use_fast_decode(
     """Whether PREDICT runs t2tcli.fast_decode: on one device, unless told otherwise."""
     if decode["engine"] == "mesh":
         return False
-    if use_tpu:
-        reason = "on TPU"
-    elif spec.size > 1:
-        reason = f"on the {spec.size}-device mesh_shape={hp.mesh_shape}"
-    else:
-        reason = fast_decode.unsupported_reason(hp)
-    if reason is None:
+    if not use_tpu and spec.size == 1:
         return True
+    reason = "on TPU" if use_tpu else f"on the {spec.size}-device mesh_shape={hp.mesh_shape}"
     if decode["engine"] == "fast":
         raise UserError(f"decode engine=fast does not run {reason}; use engine=auto or engine=mesh")
     if explain:
@@ -216,42 +213,83 @@ class _Graph:
         return mtf.Lowering(self.graph, {self.mesh: self.mesh_impl}, autostack=True)
 
 
-def _checkpoint_mismatches(init_checkpoint: str, graph: mtf.Graph) -> tuple[dict[str, str], list[str]]:
-    """(assignment map for tf.train.init_from_checkpoint, problems) for the model's variables."""
+def _checkpoint_shapes(init_checkpoint: str) -> dict[str, list[int]]:
     try:
         reader = tf.train.load_checkpoint(init_checkpoint)
     except (ValueError, tf.errors.NotFoundError, tf.errors.DataLossError) as exc:
         raise UserError(f"--init_checkpoint={init_checkpoint}: no readable checkpoint ({exc})") from None
-    ckpt_shapes = reader.get_variable_to_shape_map()
-    problems: list[str] = []
-    assignment: dict[str, str] = {}
-    trainable = {v.name for v in graph.trainable_variables}
-    for var in graph.all_variables:
-        name = var.name
-        shape = var.shape.to_integer_list
-        if name not in ckpt_shapes:
-            if name in trainable:
-                problems.append(f"{name} {shape} missing from checkpoint")
-            continue
-        if list(ckpt_shapes[name]) != shape:
-            if name in trainable:
-                problems.append(f"{name}: model {shape} vs checkpoint {list(ckpt_shapes[name])}")
-            continue
-        assignment[name] = name
-    return assignment, problems
+    return {name: list(shape) for name, shape in reader.get_variable_to_shape_map().items()}
 
 
-def _init_from_checkpoint(init_checkpoint: str, graph: mtf.Graph) -> None:
-    """Initialises the model (and matching optimizer slots) from a mesh-tf / T5 checkpoint.
+def _source_names(hp: HParams, vocab_size: int) -> Any:
+    """name -> the name it may have in a checkpoint of the other norm_scope (T5 v1.0 against
+    T5 v1.1 and t2tcli runs before the distinction), for variables and optimizer slots."""
+    arch = weight_names.Architecture.from_hparams(hp, vocab_size)
+    other = {new: old for old, new in weight_names.renamed_from_other_norm_scope(arch).items()}
 
-    Only initial values change, so a run resumed from its own model_dir keeps its
-    trained weights. Any trainable variable that is absent or shaped differently is an
-    error listing all of them: silently training a half-initialised model wastes days.
-    """
-    assignment, problems = _checkpoint_mismatches(init_checkpoint, graph)
+    def source(name: str, have: dict[str, list[int]]) -> str:
+        if name in have:
+            return name
+        for new, old in other.items():
+            if name == new or name.startswith(new + "_slot"):
+                return old + name[len(new) :]
+        return name
+
+    return source
+
+
+def check_init_checkpoint(init_checkpoint: str, hp: HParams, vocab_size: int) -> None:
+    """A one-line error listing every weight of the model that the checkpoint lacks or shapes
+    otherwise; run before anything is written. Silently training a half-initialised
+    model wastes days."""
+    have = _checkpoint_shapes(init_checkpoint)
+    source = _source_names(hp, vocab_size)
+    problems = []
+    for name, shape in weight_names.mesh_shapes(weight_names.Architecture.from_hparams(hp, vocab_size)).items():
+        found = source(name, have)
+        if found not in have:
+            problems.append(f"{name} {shape} missing from checkpoint")
+        elif have[found] != shape:
+            problems.append(f"{name}: model {shape} vs checkpoint {have[found]}")
     if problems:
         shown = "; ".join(problems[:20]) + (f"; ... {len(problems) - 20} more" if len(problems) > 20 else "")
-        raise UserError(f"--init_checkpoint={init_checkpoint} does not fit the model: {shown}")
+        raise UserError(f"--init_checkpoint={init_checkpoint} does not fit the model{_family_hint(have, hp)}: {shown}")
+
+
+def _family_hint(have: dict[str, list[int]], hp: HParams) -> str:
+    """' (it is T5 v1.1-style ...)' when the checkpoint's layout is the other T5 family's."""
+    v1_1 = weight_names.LOGITS in have or any("/wi_0/" in n for n in have)
+    if v1_1 and not weight_names.is_gated(hp.ffn_activation):
+        return " (it is T5 v1.1-style: gated FFN, decoder/logits/kernel; use a t5_v1_1_*, flan_t5_* or mt5_* set)"
+    if not v1_1 and weight_names.is_gated(hp.ffn_activation):
+        return " (it is T5 v1.0-style: relu FFN, logits from the embedding; use a t5_* set)"
+    return ""
+
+
+def _init_from_checkpoint(init_checkpoint: str, graph: mtf.Graph, hp: HParams) -> None:
+    """Initialises the model (and matching optimizer slots) from a mesh-tf / T5 checkpoint
+    that check_init_checkpoint accepted.
+
+    Only initial values change, so a run resumed from its own model_dir keeps its
+    trained weights. Norm variables named by the other norm_scope are mapped by name.
+    """
+    have = _checkpoint_shapes(init_checkpoint)
+    vocab_rows = next(v.shape.to_integer_list[0] for v in graph.all_variables if v.name == weight_names.EMBEDDING)
+    source = _source_names(hp, vocab_rows)
+    assignment: dict[str, str] = {}
+    for var in graph.all_variables:
+        found = source(var.name, have)
+        if have.get(found) == var.shape.to_integer_list:
+            assignment[found] = var.name
+    renamed = sum(found != name for found, name in assignment.items())
+    if renamed:
+        logging.info(
+            "%s names %d norm variables as norm_scope=%s does not; mapped onto %s names",
+            init_checkpoint,
+            renamed,
+            hp.norm_scope,
+            hp.norm_scope,
+        )
     tf1.logging.info("initialising %d variables from %s", len(assignment), init_checkpoint)
     tf1.train.init_from_checkpoint(init_checkpoint, assignment)
 
@@ -355,7 +393,7 @@ def _train_spec(
     tf1.summary.scalar("tokens_per_batch", tokens)
     with mtf.utils.outside_all_rewrites():
         if train.init_checkpoint:
-            _init_from_checkpoint(train.init_checkpoint, g.graph)
+            _init_from_checkpoint(train.init_checkpoint, g.graph, g.hp)
         saver = tf1.train.Saver(
             tf1.global_variables(),
             sharded=True,
@@ -585,6 +623,28 @@ class TrainLogHook(tf1.train.SessionRunHook):
             return
         with self._bar.external_write_mode(file=sys.stderr):
             logging.info(fmt, *args)
+
+
+def write_initial_checkpoint(estimator: tf.estimator.Estimator, hp: HParams) -> None:
+    """Saves the model as training would before its first step: variables initialised (from
+    the init checkpoint when there is one), optimizer slots included, as step 0.
+
+    This is `t2t-train --train_steps=0`: a model_dir that eval, decode and export use, and
+    that a later t2t-train resumes, without a step of training.
+    """
+    with tf.Graph().as_default():
+        batch = inputs.batch_size(hp)
+        features = {
+            "inputs": tf.zeros([batch, int(hp.inputs_length)], tf.int32),
+            "targets": tf.zeros([batch, int(hp.targets_length)], tf.int32),
+        }
+        spec = estimator.model_fn(features, None, ModeKeys.TRAIN, estimator.config)
+        config = tf1.ConfigProto()
+        config.CopyFrom(estimator.config.session_config)
+        with tf1.train.MonitoredTrainingSession(
+            scaffold=spec.scaffold, chief_only_hooks=spec.training_chief_hooks, config=config
+        ):
+            pass  # the checkpoint saver hook saves step 0 once the session is made
 
 
 def session_config(hp: HParams) -> tf1.ConfigProto:

@@ -24,8 +24,11 @@ SPLITS = ("train", "dev", "test")
 class VocabSpec:
     """How to obtain the SentencePiece vocabulary shared by the problems that name it.
 
-    `from_file` reuses an existing model (e.g. T5's `sentencepiece.model`) instead of
-    training one, so released checkpoints line up with the ids.
+    `from_file` reuses an existing SentencePiece model (e.g. T5's `sentencepiece.model`)
+    and `from_model` a Hugging Face model directory's `spiece.model` with its sentinels,
+    instead of training one, so a pretrained checkpoint lines up with the ids.
+    `extra_ids` appends T5's sentinels <extra_id_0> ... (T5 checkpoints have 100) to a
+    trained model or to `from_file`'s.
     """
 
     name: str = "default"
@@ -33,8 +36,15 @@ class VocabSpec:
     model_type: str = "unigram"
     user_defined_symbols: tuple[str, ...] = ()
     from_file: str | None = None
+    from_model: str | None = None
+    extra_ids: int = 0
     character_coverage: float = 1.0
     max_training_sentences: int = 300_000
+
+    @property
+    def source(self) -> str | None:
+        """The file or model directory the vocabulary is copied from (None: trained)."""
+        return self.from_model or self.from_file
 
 
 class Problem:

@@ -13,9 +13,14 @@ import os
 import shutil
 from typing import Any
 
+from absl import logging
+
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 
+# hparams that earlier t2tcli versions did not record, with the values those versions used:
+# a model_dir they wrote keeps working (its norm variables are named rms_norm).
+LEGACY_HPARAMS = {"norm_scope": "rms_norm", "tie_embeddings": True}
 HPARAMS_FILE = "hparams.json"
 RUN_FILE = "run.json"
 VOCAB_FILE = "vocab.model"
@@ -47,15 +52,17 @@ def atomic_copy(src: str, dst: str) -> None:
     os.replace(tmp, dst)
 
 
-def save(model_dir: str, info: RunInfo, hparams: HParams, vocab_file: str) -> None:
+def save(model_dir: str, info: RunInfo, hparams: HParams, vocabulary_proto: bytes) -> None:
+    """Records the run in model_dir: hparams, run description and vocabulary, each file
+    complete or absent."""
+    from t2tcli.vocab import write_model
+
     os.makedirs(model_dir, exist_ok=True)
     atomic_write_text(os.path.join(model_dir, HPARAMS_FILE), hparams.to_json() + "\n")
     atomic_write_text(
         os.path.join(model_dir, RUN_FILE), json.dumps(dataclasses.asdict(info), indent=2, sort_keys=True) + "\n"
     )
-    target = os.path.join(model_dir, VOCAB_FILE)
-    if os.path.abspath(vocab_file) != os.path.abspath(target):
-        atomic_copy(vocab_file, target)
+    write_model(vocabulary_proto, os.path.join(model_dir, VOCAB_FILE))
 
 
 def exists(model_dir: str) -> bool:
@@ -70,6 +77,11 @@ def load(model_dir: str) -> tuple[RunInfo, HParams, str]:
             info = RunInfo(**json.load(f))
         with open(os.path.join(model_dir, HPARAMS_FILE), encoding="utf-8") as f:
             hparams = HParams.from_json(f.read())
+        missing = {k: v for k, v in LEGACY_HPARAMS.items() if k not in hparams}
+        if missing:
+            logging.info("%s was written by an earlier t2tcli: taking %s", model_dir, missing)
+            for key, value in missing.items():
+                hparams.add_hparam(key, value)
     except FileNotFoundError as exc:
         raise UserError(f"{exc.filename} not found: is --model_dir={model_dir} a t2t-train model_dir?") from None
     except (json.JSONDecodeError, TypeError) as exc:

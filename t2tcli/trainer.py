@@ -12,11 +12,13 @@ import dataclasses
 import json
 import math
 import os
+import shutil
+import tempfile
 from typing import Any
 
 from absl import logging
 
-from t2tcli import inputs, model, numerics, registry, run_info
+from t2tcli import checkpoints, hf_t5, inputs, model, numerics, registry, run_info
 from t2tcli import mesh as meshlib
 from t2tcli import problem as problem_lib
 from t2tcli.compat import tf
@@ -55,15 +57,45 @@ class TrainConfig:
     flags: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def resolve_hparams(cfg: TrainConfig) -> HParams:
-    """The set plus --hparams overrides plus --mesh_shape / --layout, validated."""
-    hp = registry.hparams(cfg.hparams_set)
+def _apply_flags(cfg: TrainConfig, hp: HParams) -> HParams:
+    """--hparams overrides, then --mesh_shape / --layout."""
     hp.parse(cfg.hparams)
     if cfg.mesh_shape is not None:
         hp.mesh_shape = cfg.mesh_shape
     if cfg.layout is not None:
         hp.layout = cfg.layout
     return hp
+
+
+def resolve_hparams(cfg: TrainConfig, pretrained: hf_t5.HfModel | None = None, vocab_size: int = 0) -> HParams:
+    """A new run's hparams: the set (or, for a Hugging Face --init_checkpoint without
+    --hparams_set, the set matching its config) plus the flags' overrides."""
+    if cfg.hparams_set:
+        hp = registry.hparams(cfg.hparams_set)
+    elif pretrained is not None:
+        cfg.hparams_set, hp = hf_t5.hparams_for(pretrained, vocab_size)
+        logging.info("hparams set %s, as %s's config.json describes", cfg.hparams_set, pretrained.path)
+    else:
+        raise UserError("--hparams_set is required; run with --registry_help to list them")
+    return _apply_flags(cfg, hp)
+
+
+def _resumed_hparams(cfg: TrainConfig, info: run_info.RunInfo, recorded: HParams) -> HParams:
+    """A model_dir's recorded hparams; flags that would change them are an error."""
+    if cfg.hparams_set and cfg.hparams_set != info.hparams_set:
+        raise UserError(
+            f"--model_dir={cfg.model_dir} holds a run of hparams set '{info.hparams_set}', not '{cfg.hparams_set}'; "
+            "use a new --model_dir to train with it"
+        )
+    cfg.hparams_set = info.hparams_set
+    wanted = _apply_flags(cfg, recorded.copy())
+    changed = sorted(k for k in wanted if wanted.get(k) != recorded.get(k))
+    if changed:
+        raise UserError(
+            f"--model_dir={cfg.model_dir} was trained with different hparams ({', '.join(changed)}); "
+            "use a new --model_dir to train with these"
+        )
+    return recorded
 
 
 def vocabulary(data_dir: str, problem_name: str) -> tuple[str, int]:
@@ -81,6 +113,65 @@ def vocabulary(data_dir: str, problem_name: str) -> tuple[str, int]:
     return path, Vocabulary(path).vocab_size
 
 
+def _pieces(proto: bytes) -> list[str]:
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_proto=proto)
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+
+
+def _run_vocabulary(cfg: TrainConfig, pretrained: hf_t5.HfModel | None) -> bytes:
+    """The vocabulary this run trains with, checked against the pretrained model's and the
+    model_dir's: ids that mean other words would silently ruin a model."""
+    if cfg.problem:
+        path, _ = vocabulary(cfg.data_dir, cfg.problem)
+        problem_lib.data_files(cfg.data_dir, registry.problem(cfg.problem).components()[0][0].name, "train")
+        with open(path, "rb") as f:
+            proto = f.read()
+        if pretrained is not None and _pieces(proto) != _pieces(pretrained.vocabulary_proto()):
+            raise UserError(
+                f"the vocabulary of --data_dir ({path}) is not the one of --init_checkpoint={pretrained.path}; "
+                f"generate the data with it: t2t-datagen --problem={cfg.problem} --vocab_from={pretrained.path} "
+                f"--data_dir=NEW_DIR"
+            )
+    elif pretrained is not None and cfg.train_steps == 0:
+        proto, path = pretrained.vocabulary_proto(), os.path.join(pretrained.path, hf_t5.SPIECE)
+    else:
+        raise UserError(
+            "--problem is required (without it, t2t-train only writes a Hugging Face model's weights as step 0: "
+            "--init_checkpoint=HF_DIR --train_steps=0)"
+        )
+    recorded = os.path.join(cfg.model_dir, run_info.VOCAB_FILE)
+    if os.path.exists(recorded):
+        with open(recorded, "rb") as f:
+            same = f.read() == proto
+        if not same:
+            raise UserError(
+                f"--model_dir={cfg.model_dir} was trained with the vocabulary {recorded}, and {path} differs from it; "
+                "use the data_dir it was trained on, or a new --model_dir"
+            )
+    return proto
+
+
+def _pretrained(init_checkpoint: str) -> hf_t5.HfModel | None:
+    """The Hugging Face model named by --init_checkpoint; None for a mesh-tf checkpoint (checked to exist)."""
+    if not init_checkpoint:
+        return None
+    if hf_t5.is_model_dir(init_checkpoint):
+        return hf_t5.open_model(init_checkpoint)
+    if not tf.train.latest_checkpoint(init_checkpoint) and not tf.io.gfile.exists(init_checkpoint + ".index"):
+        raise UserError(
+            f"--init_checkpoint={init_checkpoint}: neither a checkpoint (a directory with one, or a prefix with "
+            f"an .index file) nor a Hugging Face T5 directory (with {hf_t5.CONFIG})"
+        )
+    return None
+
+
+def _checkpoint_prefix(path: str) -> str:
+    """A checkpoint directory's latest checkpoint, or the prefix itself."""
+    return tf.train.latest_checkpoint(path) or path
+
+
 def latest_step(model_dir: str) -> int:
     path = tf.train.latest_checkpoint(model_dir)
     if not path:
@@ -88,45 +179,41 @@ def latest_step(model_dir: str) -> int:
     return int(tf.train.load_checkpoint(path).get_tensor("global_step"))
 
 
-def _check_resume(cfg: TrainConfig, hp: HParams) -> HParams:
-    """A model_dir with a recorded run continues with that run's problem and hparams."""
-    if not run_info.exists(cfg.model_dir):
-        return hp
-    info, recorded, _ = run_info.load(cfg.model_dir)
-    if info.problem != cfg.problem:
-        raise UserError(
-            f"--model_dir={cfg.model_dir} holds a run of problem '{info.problem}', not '{cfg.problem}'; "
-            "use a new --model_dir (or --init_checkpoint to fine-tune from it)"
-        )
-    if recorded != hp:
-        changed = sorted(k for k in set(recorded) | set(hp) if recorded.get(k) != hp.get(k))
-        raise UserError(
-            f"--model_dir={cfg.model_dir} was trained with different hparams ({', '.join(changed)}); "
-            "use a new --model_dir to train with these"
-        )
-    return recorded
-
-
 def run(cfg: TrainConfig) -> int:
-    """Trains to cfg.train_steps; returns the final global step."""
+    """Trains to cfg.train_steps; returns the final global step.
+
+    Everything is checked before anything is written: a run that fails its checks
+    leaves no model_dir behind, and an existing one unchanged.
+    """
     if cfg.schedule not in SCHEDULES:
         raise UserError(f"--schedule={cfg.schedule}: use one of {', '.join(SCHEDULES)}")
-    if cfg.train_steps < 1:
-        raise UserError("--train_steps must be positive")
-    hp = _check_resume(cfg, resolve_hparams(cfg))
+    if cfg.train_steps < 0:
+        raise UserError("--train_steps must be 0 (write the initial checkpoint only) or more")
+    pretrained = _pretrained(cfg.init_checkpoint)
+    proto = _run_vocabulary(cfg, pretrained)
+    vocab_size = len(_pieces(proto))
+    if run_info.exists(cfg.model_dir):
+        info, recorded, _ = run_info.load(cfg.model_dir)
+        if info.problem and info.problem != cfg.problem:
+            raise UserError(
+                f"--model_dir={cfg.model_dir} holds a run of problem '{info.problem}', not '{cfg.problem}'; "
+                "use a new --model_dir (or --init_checkpoint to fine-tune from it)"
+            )
+        hp = _resumed_hparams(cfg, info, recorded)
+    else:
+        hp = resolve_hparams(cfg, pretrained, vocab_size)
     spec = meshlib.spec_from_hparams(hp)
     meshlib.check_batch(spec, inputs.batch_size(hp))
     if cfg.tpu and cfg.tpu_topology:
         meshlib.check_tpu(spec, cfg.tpu_topology)
-    if cfg.init_checkpoint and not tf.train.latest_checkpoint(cfg.init_checkpoint):
-        if not tf.io.gfile.exists(cfg.init_checkpoint + ".index"):
-            raise UserError(f"--init_checkpoint={cfg.init_checkpoint}: no checkpoint there")
-    vocab_path, vocab_size = vocabulary(cfg.data_dir, cfg.problem)
-    problem_lib.data_files(cfg.data_dir, registry.problem(cfg.problem).components()[0][0].name, "train")
     model.validate(hp, vocab_size, use_tpu=bool(cfg.tpu))
+    if pretrained is not None:
+        hf_t5.check_fits(pretrained, hp, vocab_size)
+    elif cfg.init_checkpoint:
+        model.check_init_checkpoint(_checkpoint_prefix(cfg.init_checkpoint), hp, vocab_size)
 
     step = latest_step(cfg.model_dir)
-    if step >= cfg.train_steps:
+    if step >= cfg.train_steps and (step or tf.train.latest_checkpoint(cfg.model_dir)):
         logging.info(
             "%s is already trained to step %d (--train_steps=%d): nothing to do", cfg.model_dir, step, cfg.train_steps
         )
@@ -136,47 +223,59 @@ def run(cfg: TrainConfig) -> int:
         logging.info("resuming %s from step %d", cfg.model_dir, step)
 
     info = run_info.RunInfo(
-        problem=cfg.problem,
+        problem=cfg.problem or "",
         hparams_set=cfg.hparams_set,
-        data_dir=os.path.abspath(cfg.data_dir),
+        data_dir=os.path.abspath(cfg.data_dir) if cfg.data_dir else "",
         usr_dir=",".join(cfg.usr_dirs),
         flags=cfg.flags,
         activation_dtype=numerics.resolve(hp.activation_dtype, use_tpu=bool(cfg.tpu)),
     )
-    run_info.save(cfg.model_dir, info, hp, vocab_path)
+    run_info.save(cfg.model_dir, info, hp, proto)
     logging.info("hparams: %s", json.dumps(hp.values(), sort_keys=True))
-    inputs.log_truncation(cfg.data_dir, cfg.problem, "train", hp)
-
-    init = cfg.init_checkpoint
-    if init and tf.train.latest_checkpoint(init):
-        init = tf.train.latest_checkpoint(init)
-    estimator = model.build_estimator(
-        cfg.model_dir,
-        hp,
-        vocab_size,
-        train=model.TrainSettings(
-            train_steps=cfg.train_steps,
-            save_checkpoints_steps=cfg.save_checkpoints_steps,
-            keep_checkpoint_max=cfg.keep_checkpoint_max,
-            log_every_steps=cfg.log_every_steps,
-            init_checkpoint=init or None,
-            progress=cfg.progress,
-        ),
-        tpu=model.TPUSettings(
-            tpu=cfg.tpu,
-            tpu_topology=cfg.tpu_topology,
-            iterations_per_loop=cfg.iterations_per_loop,
-            zone=cfg.tpu_zone or None,
-            gcp_project=cfg.gcp_project or None,
+    converted = None
+    try:
+        init = cfg.init_checkpoint
+        if pretrained is not None:
+            converted = tempfile.mkdtemp(prefix=".pretrained.", dir=cfg.model_dir)
+            init = os.path.join(converted, "model.ckpt")
+            checkpoints.write_checkpoint(hf_t5.mesh_values(pretrained, hp, vocab_size), init)
+        elif init:
+            init = _checkpoint_prefix(init)
+        estimator = model.build_estimator(
+            cfg.model_dir,
+            hp,
+            vocab_size,
+            train=model.TrainSettings(
+                train_steps=cfg.train_steps,
+                save_checkpoints_steps=cfg.save_checkpoints_steps,
+                keep_checkpoint_max=cfg.keep_checkpoint_max,
+                log_every_steps=cfg.log_every_steps,
+                init_checkpoint=init or None,
+                progress=cfg.progress,
+            ),
+            tpu=model.TPUSettings(
+                tpu=cfg.tpu,
+                tpu_topology=cfg.tpu_topology,
+                iterations_per_loop=cfg.iterations_per_loop,
+                zone=cfg.tpu_zone or None,
+                gcp_project=cfg.gcp_project or None,
+            )
+            if cfg.tpu
+            else None,
         )
-        if cfg.tpu
-        else None,
-    )
-    train_fn = inputs.input_fn(cfg.data_dir, cfg.problem, "train", hp, training=True, seed=cfg.random_seed)
-    if cfg.schedule == "train":
-        estimator.train(train_fn, max_steps=cfg.train_steps)
-        return latest_step(cfg.model_dir)
-    return _train_and_evaluate(cfg, hp, estimator, train_fn, step)
+        if cfg.train_steps == 0:
+            model.write_initial_checkpoint(estimator, hp)
+            logging.info("wrote step 0 to %s", cfg.model_dir)
+            return 0
+        inputs.log_truncation(cfg.data_dir, cfg.problem, "train", hp)
+        train_fn = inputs.input_fn(cfg.data_dir, cfg.problem, "train", hp, training=True, seed=cfg.random_seed)
+        if cfg.schedule == "train":
+            estimator.train(train_fn, max_steps=cfg.train_steps)
+            return latest_step(cfg.model_dir)
+        return _train_and_evaluate(cfg, hp, estimator, train_fn, step)
+    finally:
+        if converted is not None:
+            shutil.rmtree(converted, ignore_errors=True)
 
 
 def _train_and_evaluate(cfg: TrainConfig, hp: HParams, estimator: Any, train_fn: Any, step: int) -> int:

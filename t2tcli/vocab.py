@@ -17,6 +17,11 @@ from t2tcli.errors import UserError
 PAD_ID = 0
 EOS_ID = 1
 UNK_ID = 2
+# T5's sentinels: <extra_id_0> ... <extra_id_{N-1}> take the last N ids, <extra_id_0> the
+# very last. They live in the SentencePiece model itself as user-defined pieces, with
+# the word-start mark, so "a <extra_id_0> b" encodes to the ids T5's and Hugging Face's
+# tokenizers give it and decodes back to the same text.
+SENTINEL = "\u2581<extra_id_{}>"
 
 
 class Vocabulary:
@@ -28,12 +33,7 @@ class Vocabulary:
         self.model_file = model_file
         with open(model_file, "rb") as f:
             self.model_proto = f.read()
-        self._sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
-        if (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id()) != (PAD_ID, EOS_ID, UNK_ID):
-            raise UserError(
-                f"vocabulary {model_file} has pad/eos/unk ids "
-                f"{self._sp.pad_id()}/{self._sp.eos_id()}/{self._sp.unk_id()}, expected 0/1/2"
-            )
+        self._sp = check_layout(self.model_proto, model_file)
 
     @property
     def vocab_size(self) -> int:
@@ -57,6 +57,70 @@ class Vocabulary:
         return self._sp.decode(out)
 
 
+def check_layout(model_proto: bytes, origin: str) -> spm.SentencePieceProcessor:
+    """The loaded model, or a one-line error when it is not a SentencePiece model with T5's ids."""
+    try:
+        sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    except RuntimeError:
+        raise UserError(f"{origin}: not a SentencePiece model") from None
+    if (sp.pad_id(), sp.eos_id(), sp.unk_id()) != (PAD_ID, EOS_ID, UNK_ID):
+        raise UserError(
+            f"vocabulary {origin} has pad/eos/unk ids {sp.pad_id()}/{sp.eos_id()}/{sp.unk_id()}, expected 0/1/2"
+        )
+    return sp
+
+
+def sentinel_count(model_proto: bytes) -> int:
+    """How many T5 sentinels end this SentencePiece model (0 for a model without them)."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    pieces = sentencepiece_model_pb2.ModelProto.FromString(model_proto).pieces
+    count = 0
+    while count < len(pieces) and pieces[len(pieces) - 1 - count].piece == SENTINEL.format(count):
+        count += 1
+    return count
+
+
+def with_sentinels(model_proto: bytes, count: int) -> bytes:
+    """The SentencePiece model with T5's `count` sentinels appended (none if it has them)."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    if count <= 0 or sentinel_count(model_proto):
+        return model_proto
+    model = sentencepiece_model_pb2.ModelProto.FromString(model_proto)
+    for i in reversed(range(count)):
+        model.pieces.add(
+            piece=SENTINEL.format(i), score=0.0, type=sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+        )
+    return model.SerializeToString()
+
+
+def without_sentinels(model_proto: bytes) -> tuple[bytes, int]:
+    """(the SentencePiece model without its trailing T5 sentinels, how many there were):
+    what a Hugging Face T5 directory holds as spiece.model, with extra_ids beside it."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    count = sentinel_count(model_proto)
+    if not count:
+        return model_proto, 0
+    model = sentencepiece_model_pb2.ModelProto.FromString(model_proto)
+    del model.pieces[len(model.pieces) - count :]
+    return model.SerializeToString(), count
+
+
+def write_model(model_proto: bytes, model_file: str) -> None:
+    """Writes a SentencePiece model and its readable `.vocab` listing, each complete or absent."""
+    sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    listing = model_file.removesuffix(".model") + ".vocab"
+    with open(listing + ".tmp", "w", encoding="utf-8") as f:
+        for i in range(sp.get_piece_size()):
+            f.write(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n")
+    with open(model_file + ".tmp", "wb") as f:
+        f.write(model_proto)
+    os.replace(listing + ".tmp", listing)
+    os.replace(model_file + ".tmp", model_file)
+
+
 def train_vocabulary(
     sentences: Iterable[str],
     model_file: str,
@@ -64,8 +128,10 @@ def train_vocabulary(
     model_type: str = "unigram",
     user_defined_symbols: Sequence[str] = (),
     character_coverage: float = 1.0,
+    sentinels: int = 0,
 ) -> None:
-    """Trains a SentencePiece model and writes `model_file` (+ `.vocab`) atomically."""
+    """Trains a SentencePiece model (+ `sentinels` T5 sentinels) and writes `model_file`
+    (+ `.vocab`) atomically."""
     model = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
@@ -85,13 +151,4 @@ def train_vocabulary(
         )
     except RuntimeError as exc:
         raise UserError(f"training vocabulary {model_file}: {exc}") from None
-    proto = model.getvalue()
-    tmp = model_file + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(proto)
-    sp = spm.SentencePieceProcessor(model_proto=proto)
-    with open(model_file.removesuffix(".model") + ".vocab.tmp", "w", encoding="utf-8") as f:
-        for i in range(sp.get_piece_size()):
-            f.write(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n")
-    os.replace(model_file.removesuffix(".model") + ".vocab.tmp", model_file.removesuffix(".model") + ".vocab")
-    os.replace(tmp, model_file)
+    write_model(with_sentinels(model.getvalue(), sentinels), model_file)

@@ -328,6 +328,44 @@ def test_vocab_from_file_is_reused_not_trained(toy_dir, tmp_path):
         datagen.generate(BadVocab(), datagen.Options(data_dir=str(tmp_path)))
 
 
+def test_sentinels_encode_as_t5_and_round_trip(toy_dir, tmp_path):
+    from t2tcli import vocab as vocablib
+
+    proto = (toy_dir / "vocab.toy.model").read_bytes()
+    with_ids = vocablib.with_sentinels(proto, 100)
+    assert vocablib.sentinel_count(with_ids) == 100 and vocablib.with_sentinels(with_ids, 100) == with_ids
+    assert vocablib.without_sentinels(with_ids) == (proto, 100)
+    vocablib.write_model(with_ids, str(tmp_path / "t5.model"))
+    plain, t5 = Vocabulary(str(toy_dir / "vocab.toy.model")), Vocabulary(str(tmp_path / "t5.model"))
+    assert t5.vocab_size == plain.vocab_size + 100
+    # <extra_id_0> is the last id, as in T5; the space before it belongs to it, as Hugging Face tokenizes.
+    ids = t5.encode("a b <extra_id_0> c <extra_id_99>")
+    assert ids == plain.encode("a b") + [t5.vocab_size - 1] + plain.encode("c") + [t5.vocab_size - 100]
+    assert t5.decode(ids) == "a b <extra_id_0> c <extra_id_99>"
+
+
+def test_vocab_from_replaces_the_problems_vocabulary_and_regenerates(toy_dir, tmp_path):
+    from t2tcli import vocab as vocablib
+
+    other = tmp_path / "other.model"
+    other.write_bytes(vocablib.with_sentinels((toy_dir / "vocab.toy.model").read_bytes(), 10))
+    out = tmp_path / "out"
+    run("copy_sequence", out)
+    assert run("copy_sequence", out)[0].endswith("complete, skipped (use --overwrite to regenerate)")
+    summary = run("copy_sequence", out, vocab_from=str(other))
+    assert "rows ->" in summary[0], "another vocabulary makes the shards stale"
+    assert (out / "vocab.toy.model").read_bytes() == other.read_bytes()
+    assert read_meta(str(out), "copy_sequence")["vocab_size"] == Vocabulary(str(other)).vocab_size
+    assert run("copy_sequence", out, vocab_from=str(other))[0].endswith(
+        "complete, skipped (use --overwrite to regenerate)"
+    )
+    with pytest.raises(UserError, match="a directory without config.json"):
+        run("copy_sequence", out, vocab_from=str(tmp_path))
+    (tmp_path / "junk.model").write_bytes(b"not a model")
+    with pytest.raises(UserError, match="junk.model: not a SentencePiece model"):
+        run("copy_sequence", out, vocab_from=str(tmp_path / "junk.model"))
+
+
 def test_preprocess_failures_name_file_and_line(tmp_path):
     raw = write_quora(tmp_path / "raw", rows=40)
     text = (raw / "train.csv").read_text(encoding="utf-8").splitlines(True)

@@ -49,7 +49,8 @@ def test_t5_small_variables_are_named_and_shaped_like_the_released_checkpoint():
     assert names["encoder/block_005/layer_001/DenseReluDense/wi/kernel"] == [512, 2048]
     assert names["decoder/block_005/layer_001/EncDecAttention/o"] == [512, 512]
     assert names["decoder/block_000/layer_002/DenseReluDense/wo/kernel"] == [2048, 512]
-    assert names["decoder/rms_norm/scale"] == [512]
+    assert names["decoder/final_layer_norm/scale"] == [512]
+    assert names["encoder/block_002/layer_001/layer_norm/scale"] == [512]
     assert sum(math.prod(s) for s in names.values()) == 60_506_624  # T5-small's published size
 
 

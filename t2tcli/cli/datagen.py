@@ -17,6 +17,12 @@ flags.DEFINE_string(
 )
 flags.DEFINE_integer("num_shards", None, "Number of train shards (default: the problem's).")
 flags.DEFINE_integer("chunk_rows", 20_000, "Records read, preprocessed and encoded per batch; bounds memory.")
+flags.DEFINE_string(
+    "vocab_from",
+    None,
+    "Use this vocabulary instead of the problem's: a SentencePiece .model file, or a Hugging Face T5 "
+    "directory (its spiece.model and <extra_id_N> sentinels), to fine-tune that pretrained model.",
+)
 
 
 def main() -> None:
@@ -36,6 +42,7 @@ def main() -> None:
         num_train_shards=FLAGS.num_shards,
         chunk_rows=FLAGS.chunk_rows,
         progress=show_progress(),
+        vocab_from=FLAGS.vocab_from,
     )
     for line in datagen.generate(problem, options):
         print(line, flush=True)

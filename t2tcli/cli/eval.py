@@ -37,6 +37,8 @@ def main() -> None:
     decode_hp = decoding.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
     selected = [] if FLAGS.wait else checkpoints.select(FLAGS.model_dir, FLAGS.checkpoint)
     data_dir = FLAGS.data_dir or model.info.data_dir
+    if model.problem is None or not data_dir:
+        raise UserError("this model_dir was trained on no problem: pass --problem and --data_dir to evaluate it")
     tasks = evaluation.tasks_for(model.problem, data_dir, FLAGS.split, FLAGS.max_examples)
     params = decoding.estimator_params(decode_hp)
     backend = loading.EstimatorBackend(model, params, decode_hp.batch_size)

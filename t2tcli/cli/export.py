@@ -6,7 +6,19 @@ from absl import flags, logging
 
 from t2tcli.cli import common
 
-flags.DEFINE_string("export_dir", None, "Base directory; the SavedModel goes into a numbered (timestamp) subdirectory.")
+flags.DEFINE_string(
+    "export_dir",
+    None,
+    "saved_model: base directory, the SavedModel goes into a numbered (timestamp) subdirectory; "
+    "hf: the Hugging Face model directory itself (new or empty).",
+)
+flags.DEFINE_enum(
+    "export_format",
+    "saved_model",
+    ["saved_model", "hf"],
+    "saved_model: a TensorFlow SavedModel decoding strings to strings (TF Serving); hf: a Hugging Face T5 "
+    "directory (config.json, model.safetensors, spiece.model) for transformers and CTranslate2.",
+)
 flags.DEFINE_string(
     "checkpoint_path", None, "Checkpoint to export: a path prefix, a step or a directory; default latest."
 )
@@ -28,6 +40,14 @@ def main() -> None:
     decode_hp = decoding.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
     step, checkpoint = checkpoints.resolve(FLAGS.model_dir, FLAGS.checkpoint_path)
     logging.info("exporting checkpoint %s (step %d)", checkpoint, step)
+    if FLAGS.export_format == "hf":
+        from t2tcli import hf_t5
+
+        size = model.vocab.vocab_size
+        values = hf_t5.mesh_values_from_checkpoint(checkpoint, model.hparams, size)
+        hf_t5.export(values, model.hparams, model.vocab.model_proto, size, FLAGS.export_dir)
+        print(FLAGS.export_dir, flush=True)
+        return
     params = decoding.estimator_params(decode_hp)
     path = export.export(model, FLAGS.export_dir, checkpoint, params, decode_hp.batch_size)
     print(path, flush=True)

@@ -11,14 +11,21 @@ from t2tcli import trainer
 from t2tcli.cli import common
 from t2tcli.flags import FLAGS, show_progress
 
-flags.DEFINE_integer("train_steps", 1000, "Train until the global step reaches this.")
+flags.DEFINE_integer(
+    "train_steps", 1000, "Train until the global step reaches this; 0 writes the initial weights as step 0."
+)
 flags.DEFINE_integer("save_checkpoints_steps", 1000, "Write a checkpoint every this many steps (and at the end).")
 flags.DEFINE_integer("keep_checkpoint_max", 5, "Keep this many most recent checkpoints.")
 flags.DEFINE_integer("log_every_steps", 100, "Log step, loss, learning rate, steps/s and tokens/s this often.")
 flags.DEFINE_enum("schedule", "train", trainer.SCHEDULES, "train, or train_and_evaluate (dev loss every N steps).")
 flags.DEFINE_integer("eval_every_steps", 0, "train_and_evaluate: evaluate this often (0: --save_checkpoints_steps).")
 flags.DEFINE_integer("eval_steps", 0, "Batches per dev evaluation (0: the whole dev split).")
-flags.DEFINE_string("init_checkpoint", "", "Fine-tune from this mesh-tf / T5 checkpoint (directory or prefix).")
+flags.DEFINE_string(
+    "init_checkpoint",
+    "",
+    "Fine-tune from this checkpoint: a mesh-tf / T5 / t2t-train checkpoint (directory or prefix), or a Hugging "
+    "Face T5 directory (config.json, model.safetensors, spiece.model; its hparams set is picked from config.json).",
+)
 flags.DEFINE_string("mesh_shape", None, "Overrides hparam mesh_shape, e.g. model:2,batch:2.")
 flags.DEFINE_string("layout", None, "Overrides hparam layout, e.g. batch:batch;d_ff:model;heads:model.")
 flags.DEFINE_string("tpu", "", "TPU name or grpc:// address; trains with TPUEstimator + SimdMeshImpl.")
@@ -53,19 +60,13 @@ _RECORDED = (
 
 
 def main() -> None:
-    common.require("problem", "data_dir", "model_dir")
-    hparams_set = FLAGS.hparams_set
-    if not hparams_set:
-        # A resumed run may name only --model_dir's recorded set.
-        from t2tcli import run_info
-
-        if not run_info.exists(FLAGS.model_dir):
-            common.require("hparams_set")
-        hparams_set = run_info.load(FLAGS.model_dir)[0].hparams_set
+    common.require("model_dir")
+    if FLAGS.problem:
+        common.require("data_dir")
     cfg = trainer.TrainConfig(
-        problem=FLAGS.problem,
-        hparams_set=hparams_set,
-        data_dir=FLAGS.data_dir,
+        problem=FLAGS.problem or "",
+        hparams_set=FLAGS.hparams_set or "",
+        data_dir=FLAGS.data_dir or "",
         model_dir=FLAGS.model_dir,
         hparams=FLAGS.hparams,
         mesh_shape=FLAGS.mesh_shape,
