@@ -148,6 +148,7 @@ def mtf_transformer_tiny() -> HParams:
 
 @register_hparams
 def mtf_transformer_small() -> HParams:
+    """Four layers each side, d_model 256: a small real model for a CPU."""
     hp = base()
     hp.override_from_dict(
         dict(d_model=256, d_ff=1024, num_heads=4, d_kv=64, num_encoder_layers=4, num_decoder_layers=4)
@@ -157,31 +158,37 @@ def mtf_transformer_small() -> HParams:
 
 @register_hparams
 def mtf_transformer_base() -> HParams:
+    """Six layers each side, d_model 512 (the defaults of every hparam)."""
     return base()
 
 
 @register_hparams
 def t5_small() -> HParams:
+    """T5 (v1.0) small: d_model 512, d_ff 2048, 8 heads, 6 layers a side; T5's fine-tuning recipe."""
     return _t5(512, 2048, 8, 64, 6)
 
 
 @register_hparams
 def t5_base() -> HParams:
+    """T5 (v1.0) base: d_model 768, d_ff 3072, 12 heads, 12 layers a side."""
     return _t5(768, 3072, 12, 64, 12)
 
 
 @register_hparams
 def t5_large() -> HParams:
+    """T5 (v1.0) large: d_model 1024, d_ff 4096, 16 heads, 24 layers a side."""
     return _t5(1024, 4096, 16, 64, 24)
 
 
 @register_hparams("t5_3B")
 def t5_3b() -> HParams:
+    """T5 (v1.0) 3B: d_model 1024, d_ff 16384, 32 heads of 128, 24 layers a side."""
     return _t5(1024, 16384, 32, 128, 24)
 
 
 @register_hparams("t5_11B")
 def t5_11b() -> HParams:
+    """T5 (v1.0) 11B: d_model 1024, d_ff 65536, 128 heads of 128, 24 layers a side."""
     return _t5(1024, 65536, 128, 128, 24)
 
 
@@ -194,24 +201,29 @@ def _tpu_v2_8(hp: HParams, model_parallelism: int, batch_size: int) -> HParams:
 
 @register_hparams
 def t5_small_tpu() -> HParams:
+    """t5_small on a TPU v2-8: model parallelism 1, batch 256."""
     return _tpu_v2_8(t5_small(), 1, 256)
 
 
 @register_hparams
 def t5_base_tpu() -> HParams:
+    """t5_base on a TPU v2-8: model parallelism 2, batch 128."""
     return _tpu_v2_8(t5_base(), 2, 128)
 
 
 @register_hparams
 def t5_large_tpu() -> HParams:
+    """t5_large on a TPU v2-8: model parallelism 8, batch 64."""
     return _tpu_v2_8(t5_large(), 8, 64)
 
 
 @register_hparams("t5_3B_tpu")
 def t5_3b_tpu() -> HParams:
+    """t5_3B on a TPU v2-8: model parallelism 8, batch 16."""
     return _tpu_v2_8(t5_3b(), 8, 16)
 
 
 @register_hparams("t5_11B_tpu")
 def t5_11b_tpu() -> HParams:
+    """t5_11B on a TPU v2-8: model parallelism 8, batch 16."""
     return _tpu_v2_8(t5_11b(), 8, 16)

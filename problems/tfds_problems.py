@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from t2tcli.problem import Text2TextProblem, VocabSpec
+from t2tcli.problem import VocabSpec
 from t2tcli.registry import register_problem
 from t2tcli.sources import TfdsSource
+from t2tcli.text import choice
 
-from .quora import QpIsDuplicate
+from .quora import QpIsDuplicate, clean
 
 _QQP_FIELDS = {"idx": "idx", "question1": "question1", "question2": "question2", "label": "label"}
 
@@ -27,12 +28,7 @@ class GlueQqp(QpIsDuplicate):
             for split, tfds_split in (("train", "train"), ("dev", "validation"), ("test", "test"))
         }
 
-    def preprocess(self, record: dict[str, Any]) -> dict[str, str] | None:
-        label = record["label"].strip()
-        return {
-            "inputs": self.inputs(record["question1"], record["question2"]),
-            "targets": label if label in ("0", "1") else "",
-        }
-
-    # Row by row: QpIsDuplicate's column-wise version expects Kaggle's is_duplicate column.
-    preprocess_frame = Text2TextProblem.preprocess_frame
+    def preprocess(self, record: dict[str, Any]) -> dict[str, Any]:
+        inputs = "is duplicate: " + clean(record["question1"]) + " <SEP> " + clean(record["question2"])
+        # GLUE marks the unlabeled test split's labels -1.
+        return {"inputs": inputs, "targets": choice(record["label"], ("0", "1"), "label", default="")}

@@ -48,9 +48,6 @@ class _ToySequence(Text2TextProblem):
             "test": GeneratedSource(self.name, self.make, self.test_rows, seed=2),
         }
 
-    def preprocess_frame(self, frame: pd.DataFrame) -> tuple[list[str | None], list[str | None]]:
-        return frame["inputs"].tolist(), frame["targets"].tolist()
-
 
 @register_problem("copy_sequence")
 class CopySequence(_ToySequence):

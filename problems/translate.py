@@ -7,6 +7,7 @@ from typing import Any
 from t2tcli.problem import Text2TextProblem, VocabSpec
 from t2tcli.registry import REPO_ROOT, register_problem
 from t2tcli.sources import CsvSource, raw_dir
+from t2tcli.text import squash_spaces
 
 SHIPPED = REPO_ROOT / "examples" / "data"
 PREFIX = "translate English to Spanish: "
@@ -23,8 +24,5 @@ class TranslateEnEs(Text2TextProblem):
         path = f"{raw_dir(tmp_dir, SHIPPED)}/translate_en_es.csv"
         return CsvSource(path, columns=("id", "english", "spanish"), key="id")
 
-    def preprocess(self, record: dict[str, Any]) -> dict[str, str] | None:
-        return {"inputs": PREFIX + " ".join(record["english"].split()), "targets": " ".join(record["spanish"].split())}
-
-    def format_input(self, line: str) -> str:
-        return PREFIX + " ".join(line.split())
+    def preprocess(self, record: dict[str, Any]) -> dict[str, Any]:
+        return {"inputs": PREFIX + squash_spaces(record["english"]), "targets": squash_spaces(record["spanish"])}

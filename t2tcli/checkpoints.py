@@ -6,9 +6,11 @@ here, so "latest", a step number and a path mean the same thing to every binary.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
+from collections.abc import Iterator
 
 from absl import logging
 
@@ -66,6 +68,20 @@ def resolve(model_dir: str, spec: str | None) -> tuple[int, str]:
     if not os.path.exists(spec + ".index"):
         raise UserError(f"checkpoint {spec} not found (expected {spec}.index)")
     return step_of(spec), spec
+
+
+@contextlib.contextmanager
+def readable(checkpoint_path: str) -> Iterator[None]:
+    """Turns TensorFlow's failure to read a checkpoint (a truncated or damaged data file)
+    into one line naming the checkpoint."""
+    try:
+        yield
+    except (tf.errors.OutOfRangeError, tf.errors.DataLossError) as exc:
+        detail = str(exc.message).strip().splitlines()[0][:200]
+        raise UserError(
+            f"checkpoint {checkpoint_path} cannot be read ({detail}): its files are truncated or damaged; "
+            "use another one (--checkpoint_path / --checkpoint)"
+        ) from None
 
 
 def select(model_dir: str, spec: str) -> list[tuple[int, str]]:

@@ -20,6 +20,7 @@ import dataclasses
 import gc
 import glob
 import hashlib
+import inspect
 import json
 import os
 import pickle
@@ -38,6 +39,7 @@ from tqdm import tqdm
 from t2tcli import shards
 from t2tcli.errors import UserError
 from t2tcli.packed_encoder import PackedTextEncoder
+from t2tcli.preprocessing import ChunkPreprocessor
 from t2tcli.problem import Problem, Text2TextProblem, meta_path, read_meta, shard_path, vocab_path
 from t2tcli.run_info import atomic_write_text
 from t2tcli.sources import ReadOptions, Source
@@ -169,7 +171,12 @@ def generate(problem: Problem, options: Options) -> list[str]:
     tasks = [task for task, _ in problem.components()]
     vocab_file = problem.vocab_file(options.data_dir)
     source_vocab = vocabulary_source(problem, options.vocab_from)
-    need_vocab = options.overwrite or not os.path.exists(vocab_file) or _differs(vocab_file, source_vocab)
+    need_vocab = (
+        options.overwrite
+        or not os.path.exists(vocab_file)
+        or _differs(vocab_file, source_vocab)
+        or _vocab_described_otherwise(tasks, options)
+    )
     fingerprints = {task.name: source_fingerprint(task, options) for task in tasks}
     pending = [
         task
@@ -262,11 +269,31 @@ def _generate(
 
 
 def source_fingerprint(task: Text2TextProblem, options: Options) -> str:
+    """Changes whenever the outputs would: the input files, the problem's code and settings,
+    the shard counts and the vocabulary's description."""
     sources = split_sources(task, options)
     parts = {split: src.fingerprint() for split, src in sources.items()}
     parts["problem"] = f"{task.name}:dev_fraction={task.dev_fraction}"
+    parts["code"] = code_fingerprint(task)
+    parts["vocab"] = vocab_description(task, options)
     parts["shards"] = json.dumps(num_shards(task, options), sort_keys=True)
     return "sha256:" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def code_fingerprint(task: Text2TextProblem) -> str:
+    """A hash of the source files defining the problem's class and its bases (outside
+    t2tcli itself): editing `preprocess`, or a helper beside it, regenerates the data."""
+    digest = hashlib.sha256()
+    for cls in type(task).__mro__:
+        module = sys.modules.get(cls.__module__)
+        path = getattr(module, "__file__", None)
+        if not path or cls.__module__.startswith("t2tcli.") or cls is object:
+            continue
+        try:
+            digest.update(inspect.getsource(module).encode())
+        except (OSError, TypeError):  # a class made at run time: its name is all there is
+            digest.update(cls.__qualname__.encode())
+    return digest.hexdigest()
 
 
 def split_sources(task: Text2TextProblem, options: Options) -> dict[str, Source]:
@@ -302,8 +329,13 @@ def is_complete(task: Text2TextProblem, data_dir: str, fingerprint: str, vocab_f
         return False
     if meta.get("source_fingerprint") != fingerprint or meta.get("vocab_sha256") != file_sha256(vocab_file):
         return False
-    files = [f for split in meta.get("splits", {}).values() for f in split.get("files", [])]
-    return all(os.path.exists(os.path.join(data_dir, f)) for f in files)
+    for split in meta.get("splits", {}).values():
+        sizes = split.get("bytes") or [None] * len(split.get("files", []))
+        for name, size in zip(split.get("files", []), sizes, strict=True):
+            path = os.path.join(data_dir, name)
+            if not os.path.exists(path) or (size is not None and os.path.getsize(path) != size):
+                return False
+    return True
 
 
 def _remove_outputs(task: Text2TextProblem, data_dir: str) -> None:
@@ -340,14 +372,15 @@ def _failing_line(task: Text2TextProblem, frame: pd.DataFrame, lines: np.ndarray
 
 
 def _pairs(
-    task: Text2TextProblem, frame: pd.DataFrame, lines: np.ndarray, origin: str
+    preprocess: ChunkPreprocessor, frame: pd.DataFrame, lines: np.ndarray, origin: str
 ) -> tuple[np.ndarray, list[str], list[str]]:
     """Preprocessed (kept mask, inputs, targets) of a chunk; a None input drops a record.
 
     A failure in the problem's code becomes a one-line error naming the record's line.
     """
+    task = preprocess.task
     try:
-        inputs, targets = task.preprocess_frame(frame)
+        inputs, targets = preprocess(frame)
     except UserError as exc:
         raise UserError(f"{origin}: {_failing_line(task, frame, lines)}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - a bug in the problem's code, reported with the record
@@ -355,8 +388,6 @@ def _pairs(
             f"{origin}: {_failing_line(task, frame, lines)}: preprocessing for problem '{task.name}' failed: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
-    if len(inputs) != len(frame) or len(targets) != len(frame):
-        raise UserError(f"problem '{task.name}': preprocess_frame returned {len(inputs)} results for {len(frame)}")
     kept = np.ones(len(inputs), dtype=bool)
     if type(None) in set(map(type, inputs)):  # one C-level pass; a per-row test only when some are dropped
         kept = np.fromiter((i is not None for i in inputs), dtype=bool, count=len(inputs))
@@ -372,6 +403,68 @@ def _pairs(
 
 def _work_dir(task: Text2TextProblem, options: Options) -> str:
     return os.path.join(options.data_dir, f".{task.name}.work")
+
+
+@dataclasses.dataclass
+class SplitChunk:
+    """Part of a source chunk that went to one split: preprocessed pairs and where they came from."""
+
+    split: str
+    hashes: np.ndarray  # of each row's key: where it goes (split, shard)
+    inputs: list[str]
+    targets: list[str]
+    frame: pd.DataFrame  # the raw records of the whole chunk (blank and dropped ones excluded)
+    rows: np.ndarray  # the rows of `frame` that are this part's pairs, in order
+
+
+def split_chunks(task: Text2TextProblem, options: Options, reports: list[SourceReport]) -> Iterator[SplitChunk]:
+    """Stages read, skip, preprocess and split of pass 1: every source chunk's pairs, each
+    part tagged with its split. Skipped rows and drops are counted into `reports`."""
+    read_options = ReadOptions(chunk_rows=options.chunk_rows, tfds_data_dir=options.tfds_data_dir)
+    sources = split_sources(task, options)
+    dev_cut = np.uint64(int(round(task.dev_fraction * _DEV_BUCKETS)))
+    preprocess = ChunkPreprocessor(task)
+    with _progress(options, f"{task.name}: reading") as bar:
+        for source_split, source in sources.items():
+            report = SourceReport(source.origin, source_split)
+            reports.append(report)
+            hash_split = source_split == "train" and "dev" not in sources
+            for chunk in source.chunks(read_options):
+                gc.collect(1)  # cycles from the previous chunk: young objects only, cheap
+                report.rows += len(chunk.frame)
+                bar.update(len(chunk.frame))
+                keep = ~_blank_mask(chunk.frame, source.required)
+                if not keep.all():
+                    skipped_lines = chunk.lines[~keep]
+                    report.skipped += len(skipped_lines)
+                    room = SKIPPED_LINES_REPORTED - len(report.first_skipped_lines)
+                    report.first_skipped_lines.extend(int(n) for n in skipped_lines[:room])
+                frame = chunk.frame[keep].reset_index(drop=True)
+                kept, inputs, targets = _pairs(preprocess, frame, chunk.lines[keep], source.origin)
+                report.filtered += int((~kept).sum())
+                keys = chunk.keys[keep][kept]
+                hashes = pd.util.hash_array(np.asarray(keys, dtype=object if keys.dtype == object else None))
+                rows = np.flatnonzero(kept)
+                if not hash_split:
+                    yield SplitChunk(source_split, hashes, inputs, targets, frame, rows)
+                    continue
+                is_dev = (hashes % np.uint64(_DEV_BUCKETS)) < dev_cut
+                for split, mask in (("train", ~is_dev), ("dev", is_dev)):
+                    picked = np.flatnonzero(mask)
+                    part = picked.tolist()
+                    yield SplitChunk(
+                        split, hashes[mask], [inputs[i] for i in part], [targets[i] for i in part], frame, rows[picked]
+                    )
+            _check_skipped(task, source, report)
+
+
+def split_records(task: Text2TextProblem, options: Options, split: str) -> Iterator[dict[str, str]]:
+    """The raw records whose examples datagen writes to `split`, in the order it writes them
+    (one shard; train shards are shuffled): what t2t-decode is given to check it formats
+    lines as training did."""
+    for part in split_chunks(task, options, []):
+        if part.split == split:
+            yield from part.frame.iloc[part.rows].to_dict("records")
 
 
 def read_task(
@@ -390,57 +483,29 @@ def read_task(
     os.makedirs(work_dir)
     spool = Spool(work_dir, fingerprint)
     handles: dict[str, Any] = {}
-    read_options = ReadOptions(chunk_rows=options.chunk_rows, tfds_data_dir=options.tfds_data_dir)
-    sources = split_sources(task, options)
-    dev_cut = int(round(task.dev_fraction * _DEV_BUCKETS))
-
-    def emit(split: str, hashes: np.ndarray, inputs: list[str], targets: list[str]) -> None:
-        if writer is not None:
-            writer.add(split, hashes, inputs, targets)
-        else:
-            if split not in handles:
-                spool.files[split] = os.path.join(work_dir, f"{split}.spool")
-                handles[split] = open(spool.files[split], "wb")  # noqa: SIM115 - closed below
-            pickle.dump((hashes, inputs, targets), handles[split], protocol=pickle.HIGHEST_PROTOCOL)
-        spool.counts[split] = spool.counts.get(split, 0) + len(inputs)
-        if split == "train" and sample is not None:
-            sample.add(inputs)
-            sample.add(targets)
-
+    failed = True
     try:
-        with _progress(options, f"{task.name}: reading") as bar:
-            for source_split, source in sources.items():
-                report = SourceReport(source.origin, source_split)
-                spool.reports.append(report)
-                hash_split = source_split == "train" and "dev" not in sources
-                for chunk in source.chunks(read_options):
-                    gc.collect(1)  # cycles from the previous chunk: young objects only, cheap
-                    report.rows += len(chunk.frame)
-                    bar.update(len(chunk.frame))
-                    keep = ~_blank_mask(chunk.frame, source.required)
-                    if not keep.all():
-                        skipped_lines = chunk.lines[~keep]
-                        report.skipped += len(skipped_lines)
-                        room = SKIPPED_LINES_REPORTED - len(report.first_skipped_lines)
-                        report.first_skipped_lines.extend(int(n) for n in skipped_lines[:room])
-                    frame = chunk.frame[keep].reset_index(drop=True)
-                    kept, inputs, targets = _pairs(task, frame, chunk.lines[keep], source.origin)
-                    report.filtered += int((~kept).sum())
-                    keys = chunk.keys[keep][kept]
-                    hashes = pd.util.hash_array(np.asarray(keys, dtype=object if keys.dtype == object else None))
-                    if not hash_split:
-                        emit(source_split, hashes, inputs, targets)
-                        continue
-                    is_dev = (hashes % np.uint64(_DEV_BUCKETS)) < np.uint64(dev_cut)
-                    for split, mask in (("train", ~is_dev), ("dev", is_dev)):
-                        picked = np.nonzero(mask)[0].tolist()
-                        emit(split, hashes[mask], [inputs[i] for i in picked], [targets[i] for i in picked])
-                _check_skipped(task, source, report)
+        for part in split_chunks(task, options, spool.reports):
+            split, inputs, targets = part.split, part.inputs, part.targets
+            if writer is not None:
+                writer.add(split, part.hashes, inputs, targets)
+            else:
+                if split not in handles:
+                    spool.files[split] = os.path.join(work_dir, f"{split}.spool")
+                    handles[split] = open(spool.files[split], "wb")  # noqa: SIM115 - closed below
+                pickle.dump((part.hashes, inputs, targets), handles[split], protocol=pickle.HIGHEST_PROTOCOL)
+            spool.counts[split] = spool.counts.get(split, 0) + len(inputs)
+            if split == "train" and sample is not None:
+                sample.add(inputs)
+                sample.add(targets)
+        failed = False
     finally:
         for handle in handles.values():
             handle.close()
+        if failed:  # nothing of a failed run stays behind
+            shutil.rmtree(work_dir, ignore_errors=True)
     if not spool.counts.get("train"):
-        raise UserError(f"problem '{task.name}': no train examples from {sources['train'].origin}")
+        raise UserError(f"problem '{task.name}': no train examples from {split_sources(task, options)['train'].origin}")
     return spool
 
 
@@ -500,6 +565,23 @@ def vocabulary_source(problem: Problem, override: str | None = None) -> bytes | 
     return proto
 
 
+def vocab_description(problem: Problem, options: Options) -> str:
+    """What the vocabulary is made from, recorded in meta.json: a change remakes it."""
+    return repr(problem.vocab) + (f" from {options.vocab_from}" if options.vocab_from else "")
+
+
+def _vocab_described_otherwise(tasks: list[Text2TextProblem], options: Options) -> bool:
+    """Whether a generated task's meta file records another vocabulary description."""
+    for task in tasks:
+        try:
+            recorded = read_meta(options.data_dir, task.name).get("vocab_description")
+        except (UserError, json.JSONDecodeError):
+            continue
+        if recorded is not None and recorded != vocab_description(task, options):
+            return True
+    return False
+
+
 def _differs(vocab_file: str, proto: bytes | None) -> bool:
     """Whether an existing vocabulary file is not the one a source would write."""
     if proto is None or not os.path.exists(vocab_file):
@@ -516,7 +598,11 @@ def make_vocabulary(problem: Problem, vocab_file: str, source: bytes | None, sam
         return
     assert sample is not None
     sentences = sample.sentences()
-    logging.info("training vocabulary %s on %d sentences", vocab_file, len(sentences))
+    logging.info(
+        "training vocabulary %s on %d distinct texts (train inputs and targets, duplicates and blanks left out)",
+        vocab_file,
+        len(sentences),
+    )
     train_vocabulary(
         sentences,
         vocab_file,
@@ -525,6 +611,7 @@ def make_vocabulary(problem: Problem, vocab_file: str, source: bytes | None, sam
         user_defined_symbols=spec.user_defined_symbols,
         character_coverage=spec.character_coverage,
         sentinels=spec.extra_ids,
+        keep_whitespace=spec.keep_whitespace,
     )
 
 
@@ -589,12 +676,14 @@ class ShardWriter:
                 shards.write_shard(bucket, path, seed)
                 os.remove(bucket)
                 files.append(os.path.basename(path))
-            splits_meta[split] = {"examples": spool.counts[split], "shards": count, "files": files}
+            sizes = [os.path.getsize(os.path.join(options.data_dir, f)) for f in files]
+            splits_meta[split] = {"examples": spool.counts[split], "shards": count, "files": files, "bytes": sizes}
         meta = {
             "problem": task.name,
             "vocab_file": os.path.basename(vocab_path(options.data_dir, task.vocab.name)),
             "vocab_size": self.vocab.vocab_size,
             "vocab_sha256": file_sha256(self.vocab_file),
+            "vocab_description": vocab_description(task, options),
             "splits": splits_meta,
             "rows_read": sum(r.rows for r in spool.reports),
             "skipped": {

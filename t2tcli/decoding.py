@@ -87,10 +87,11 @@ def estimator_params(hp: HParams) -> dict[str, Any]:
 
 
 def input_formatter(problem: Any, raw: bool) -> Callable[[str], str]:
-    """How a line becomes the model's input string: as the problem formats it in
-    training (e.g. question pairs from 'q1<TAB>q2'), or as it is with --raw_inputs."""
+    """How a line becomes the model's input string: through the problem's preprocess, as
+    training data was made (a line holds the problem's decode fields, tab-separated, e.g.
+    'question1<TAB>question2'), or as it is with --raw_inputs."""
     if raw:
-        return lambda line: line
+        return textio.unescape
     if problem is None:
         raise UserError(
             "this model_dir was trained on no problem: pass --raw_inputs to feed lines as they are, "
@@ -102,7 +103,9 @@ def input_formatter(problem: Any, raw: bool) -> Callable[[str], str]:
             f"problem '{problem.name}' is a mixture: pass --problem=<one of {names}> to format inputs as that "
             "problem does, or --raw_inputs to feed lines as they are"
         )
-    return problem.format_input
+    from t2tcli.preprocessing import DecodeLines
+
+    return DecodeLines(problem)
 
 
 @dataclasses.dataclass
@@ -253,7 +256,7 @@ class Job:
     inputs_length: int
     targets_length: int
     batch_size: int
-    format_input: Callable[[str], str] = lambda s: s
+    format_input: Callable[[str], str] = textio.unescape
     source_name: str = "input"
 
 
@@ -269,7 +272,7 @@ def _parse_line(line: str, index: int, job: Job, scoring: bool) -> tuple[str, st
         if not sep:
             raise UserError(f"{job.source_name}:{index + 1}: expected 'input<TAB>target'")
     try:
-        return job.format_input(textio.unescape(line)), target_text
+        return job.format_input(line), target_text
     except (UserError, ValueError) as exc:
         raise UserError(f"{job.source_name}:{index + 1}: {exc}") from None
 

@@ -3,7 +3,9 @@
 Per checkpoint and problem (each component of a mixture separately) it decodes the
 split, applies the problem's `postprocess` to predictions and targets, computes the
 problem's metrics, and the teacher-forced loss and perplexity of the targets. Results
-go to a JSON lines file and TensorBoard summaries under `model_dir/eval_<split>`.
+go to a JSON lines file and TensorBoard summaries under `model_dir/eval_<split>`, the
+decoded texts to `<problem>-<step>.predictions.txt` beside them (one line per example,
+in the split's order, as t2t-decode writes lines).
 
 The model is behind a small `Backend` interface, so the orchestration (which
 checkpoints, following a training run, output files) is tested without one.
@@ -20,10 +22,11 @@ from typing import Any, Protocol
 
 from absl import logging
 
-from t2tcli import checkpoints, metrics
+from t2tcli import checkpoints, metrics, textio
 from t2tcli import problem as problem_lib
 from t2tcli.decoding import fit
 from t2tcli.errors import UserError
+from t2tcli.run_info import atomic_write_text
 from t2tcli.vocab import EOS_ID
 
 RESULTS_FILE = "metrics.jsonl"
@@ -122,7 +125,9 @@ class Evaluator:
         offset = 0
         for task in self.tasks:
             n = len(task.examples)
-            preds = [task.postprocess(self.decode_text(ids)) for ids in outputs[offset : offset + n]]
+            texts = [self.decode_text(ids) for ids in outputs[offset : offset + n]]
+            predictions_file = self.sink.write_predictions(task.name, step, texts)
+            preds = [task.postprocess(text) for text in texts]
             refs = [task.postprocess(self.decode_text(ids)) for ids in targets[offset : offset + n]]
             values = metrics.compute(task.metric_names, refs, preds)
             tokens = sum(len(t) for t in targets[offset : offset + n])
@@ -137,6 +142,7 @@ class Evaluator:
                 "split": self.split,
                 "examples": n,
                 "metrics": values,
+                "predictions": predictions_file,
                 "seconds": round(time.monotonic() - started, 3),
             }
             self.sink.write(record)
@@ -152,18 +158,35 @@ class ResultsSink:
     """
 
     def __init__(self, directory: str, tensorboard: bool = True) -> None:
-        os.makedirs(directory, exist_ok=True)
+        # Made at the first result: a run that fails before one leaves nothing behind.
         self.path = os.path.join(directory, RESULTS_FILE)
         self.directory = directory
         self.tensorboard = tensorboard
         self._writer = None
 
+    def write_predictions(self, problem: str, step: int, texts: list[str]) -> str:
+        """Writes the decoded texts, one line each (escaped as t2t-decode writes them), in
+        the split's order; returns the file's name within the directory."""
+        name = f"{problem}-{step}.predictions.txt"
+        os.makedirs(self.directory, exist_ok=True)
+        atomic_write_text(os.path.join(self.directory, name), "".join(textio.escape(t) + "\n" for t in texts))
+        return name
+
     def write(self, record: dict[str, Any]) -> None:
+        """Appends the record; one of the same checkpoint, problem and split (an evaluation
+        run again, e.g. after an interrupted one) is replaced, so each appears once."""
+        os.makedirs(self.directory, exist_ok=True)
         line = json.dumps(record, sort_keys=True, allow_nan=True)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        key = (record["step"], record["problem"], record["split"])
+        earlier = self._lines()
+        if any(_key_of(old) == key for old in earlier):
+            kept = [old for old in earlier if _key_of(old) != key]
+            atomic_write_text(self.path, "".join(old + "\n" for old in kept) + line + "\n")
+        else:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+                f.flush()
+                os.fsync(f.fileno())
         if self.tensorboard:
             self._scalars(record)
 
@@ -176,6 +199,12 @@ class ResultsSink:
             for name, value in record["metrics"].items():
                 tf.summary.scalar(f"{record['problem']}/{name}", float(value), step=int(record["step"]))
         self._writer.flush()
+
+    def _lines(self) -> list[str]:
+        if not os.path.exists(self.path):
+            return []
+        with open(self.path, encoding="utf-8") as f:
+            return [line.rstrip("\n") for line in f if line.strip()]
 
     def evaluated_steps(self, split: str) -> set[int]:
         """Steps already in the results file, so a restarted `--wait` skips them."""
@@ -191,6 +220,15 @@ class ResultsSink:
                 if record.get("split") == split:
                     steps.add(int(record["step"]))
         return steps
+
+
+def _key_of(line: str) -> tuple[Any, ...] | None:
+    """(step, problem, split) of a results line; None for a line that is not a record."""
+    try:
+        record = json.loads(line)
+        return (record["step"], record["problem"], record["split"])
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return None
 
 
 def train_steps(model_dir: str) -> int | None:
@@ -307,8 +345,17 @@ def tasks_for(problem: problem_lib.Problem, data_dir: str, split: str, limit: in
     """One Task per component problem, with its examples of `split`."""
     tasks = []
     for task, _ in problem.components():
+        splits = problem_lib.read_meta(data_dir, task.name).get("splits", {})
+        if split not in splits:
+            have = ", ".join(sorted(splits)) or "none"
+            raise UserError(f"problem '{task.name}' has no '{split}' split (its source defines {have})")
         examples = read_examples(data_dir, task.name, split, limit)
         if not examples:
             raise UserError(f"problem '{task.name}' has no '{split}' examples in {data_dir}")
+        if not any(ex.targets for ex in examples):
+            raise UserError(
+                f"the '{split}' split of problem '{task.name}' is unlabeled (every target is empty): there is "
+                "nothing to score; decode it with t2t-decode"
+            )
         tasks.append(Task(task.name, examples, tuple(task.metrics), task.postprocess))
     return tasks

@@ -2,10 +2,10 @@
 
 Serving systems hand a model raw text, so tokenization and detokenization run inside
 the graph (TensorFlow Text's SentencePiece ops, with the vocabulary embedded as a
-constant) and the decode settings are baked into the model_fn's params. Mesh
-TensorFlow needs a static batch size, so the signature pads each request up to the
-exported batch size and returns only the rows it was given; a larger request is
-rejected with an error naming the limit.
+constant) and the decode settings are baked in. The graph decodes with
+`t2tcli.fast_decode` (the engine for one CPU or GPU) in batches of the exported batch
+size: a request of any number of strings is padded to whole batches, decoded batch by
+batch in one graph loop, and answered with exactly its own rows.
 
 Loading the SavedModel needs `import tensorflow_text` (it registers the ops).
 """
@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from typing import Any
 
 from absl import logging
 
+from t2tcli import checkpoints, fast_decode
 from t2tcli.compat import tf
 from t2tcli.errors import UserError
+from t2tcli.hparams import HParams
 from t2tcli.loading import LoadedModel, build_estimator
 from t2tcli.vocab import EOS_ID
 
@@ -38,41 +41,54 @@ def _tokenizer(proto: bytes) -> Any:
 
 
 def serving_input_fn(proto: bytes, batch_size: int, inputs_length: int) -> Any:
-    """Strings [n] -> `inputs` int32 [batch_size, inputs_length] (+ n), tokenized in-graph."""
+    """Strings [n] -> `inputs` int32 [whole batches, inputs_length] (+ n), tokenized in-graph."""
 
     def fn() -> Any:
         text = tf1.placeholder(tf.string, [None], name=SIGNATURE_INPUT)
         n = tf.shape(text)[0]
-        check = tf.debugging.assert_less_equal(
-            n, batch_size, message=f"this model was exported to decode at most {batch_size} strings per request"
-        )
-        with tf.control_dependencies([check]):
-            ids = _tokenizer(proto).tokenize(text)[:, : inputs_length - 1]
-            eos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], EOS_ID))
-            dense = tf.concat([ids, eos], axis=1).to_tensor(default_value=0, shape=[None, inputs_length])
-            # Rows past the request are a lone EOS, an input the model has seen in training.
-            pad_rows = tf.one_hot(tf.zeros([batch_size - n], tf.int32), inputs_length, dtype=tf.int32) * EOS_ID
-            batch = tf.reshape(tf.concat([dense, pad_rows], axis=0), [batch_size, inputs_length])
-        return tf.estimator.export.ServingInputReceiver({"inputs": batch, _COUNT_KEY: n}, {SIGNATURE_INPUT: text})
+        ids = _tokenizer(proto).tokenize(text)[:, : inputs_length - 1]
+        eos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], EOS_ID))
+        dense = tf.concat([ids, eos], axis=1).to_tensor(default_value=0, shape=[None, inputs_length])
+        # Rows past the request fill the last batch: a lone EOS, an input seen in training.
+        padding = (batch_size - n % batch_size) % batch_size
+        pad_rows = tf.one_hot(tf.zeros([padding], tf.int32), inputs_length, dtype=tf.int32) * EOS_ID
+        rows = tf.concat([dense, pad_rows], axis=0)
+        return tf.estimator.export.ServingInputReceiver({"inputs": rows, _COUNT_KEY: n}, {SIGNATURE_INPUT: text})
 
     return fn
 
 
-def serving_model_fn(model_fn: Any, proto: bytes, vocab_size: int) -> Any:
-    """Wraps the training model_fn: ids out of PREDICT become strings in the signature."""
+def serving_model_fn(hp: HParams, vocab_size: int, proto: bytes, decode: dict[str, Any], batch_size: int) -> Any:
+    """Decodes the request's batches in a graph loop and returns its rows as strings."""
+    length = int(decode["max_decode_length"] or hp.targets_length)
+    inputs_length = int(hp.inputs_length)
 
     def fn(features: dict[str, tf.Tensor], labels: Any, mode: str, params: dict[str, Any]) -> Any:
-        n = features.pop(_COUNT_KEY)
-        spec = model_fn(features, labels, mode, params)
-        ids = spec.predictions["outputs"][:n]
+        n = features[_COUNT_KEY]
+        weights = fast_decode.Weights(hp, vocab_size)  # variables, read once outside the loop
+
+        def one_batch(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            ids, scores, _ = fast_decode.decode(weights, batch, decode, length)
+            return ids, scores
+
+        batches = tf.reshape(features["inputs"], [-1, batch_size, inputs_length])
+        ids, scores = tf.map_fn(
+            one_batch,
+            batches,
+            fn_output_signature=(
+                tf.TensorSpec([batch_size, length], tf.int32),
+                tf.TensorSpec([batch_size], tf.float32),
+            ),
+            parallel_iterations=1,
+        )
+        ids, scores = tf.reshape(ids, [-1, length])[:n], tf.reshape(scores, [-1])[:n]
         keep = tf.logical_and(tf.greater(ids, EOS_ID), tf.less(ids, vocab_size))
         text = _tokenizer(proto).detokenize(tf.ragged.boolean_mask(ids, keep))
-        outputs = {"outputs": text, "scores": spec.predictions["scores"][:n]}
+        outputs = {"outputs": text, "scores": scores}
         return tf.estimator.EstimatorSpec(
             mode=mode,
             predictions=outputs,
             export_outputs={"serving_default": tf.estimator.export.PredictOutput(outputs)},
-            scaffold=spec.scaffold,
         )
 
     return fn
@@ -80,19 +96,27 @@ def serving_model_fn(model_fn: Any, proto: bytes, vocab_size: int) -> Any:
 
 def export(model: LoadedModel, export_dir: str, checkpoint_path: str, decode: dict[str, Any], batch_size: int) -> str:
     """Writes a SavedModel under export_dir/<timestamp> (TF Serving's version layout)."""
-    inner = build_estimator(model, decode)
+    if decode.get("engine") == "mesh":
+        raise UserError("a SavedModel decodes with the fast engine: drop engine=mesh from --decode_hparams")
+    inner = build_estimator(model, decode)  # validates the hparams and decode settings
     proto = model.vocab.model_proto
     estimator = tf.estimator.Estimator(
-        model_fn=serving_model_fn(inner.model_fn, proto, model.vocab.vocab_size),
+        model_fn=serving_model_fn(model.hparams, model.vocab.vocab_size, proto, decode, batch_size),
         model_dir=model.model_dir,
         config=inner.config,
-        params=inner.params,
     )
     inputs_length = int(model.hparams.inputs_length)
     os.makedirs(export_dir, exist_ok=True)
-    path = estimator.export_saved_model(
-        export_dir, serving_input_fn(proto, batch_size, inputs_length), checkpoint_path=checkpoint_path
-    )
+    before = set(os.listdir(export_dir))
+    try:
+        with checkpoints.readable(checkpoint_path):
+            path = estimator.export_saved_model(
+                export_dir, serving_input_fn(proto, batch_size, inputs_length), checkpoint_path=checkpoint_path
+            )
+    except BaseException:
+        for name in set(os.listdir(export_dir)) - before:  # the half-written temp-<timestamp> directory
+            shutil.rmtree(os.path.join(export_dir, name), ignore_errors=True)
+        raise
     path = path.decode() if isinstance(path, bytes) else path
     info = {
         "checkpoint": checkpoint_path,
@@ -100,7 +124,7 @@ def export(model: LoadedModel, export_dir: str, checkpoint_path: str, decode: di
         "batch_size": batch_size,
         "inputs_length": inputs_length,
         "decode": decode,
-        "signature": {"inputs": "string [n], n <= batch_size", "outputs": "string [n]", "scores": "float32 [n]"},
+        "signature": {"inputs": "string [n]", "outputs": "string [n]", "scores": "float32 [n]"},
     }
     with open(os.path.join(path, INFO_FILE), "w", encoding="utf-8") as f:
         json.dump(info, f, indent=2, sort_keys=True)

@@ -15,6 +15,7 @@ flags.DEFINE_string("hparams_set", None, "Registered hparams set (see --registry
 flags.DEFINE_string("hparams", "", 'Overrides, e.g. "d_model=256,layout=batch:batch;d_ff:model".')
 flags.DEFINE_multi_string("usr_dir", [], "Directory or file of user code that registers problems / hparams sets.")
 flags.DEFINE_boolean("registry_help", False, "List registered problems, mixtures and hparams sets, then exit.")
+flags.DEFINE_boolean("hparams_help", False, "Print every hparam of --hparams_set (or --model_dir's run), then exit.")
 flags.DEFINE_boolean("progress", None, "Show a progress bar on stderr (default: when stderr is a terminal).")
 
 FLAGS = flags.FLAGS

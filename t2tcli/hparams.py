@@ -193,3 +193,44 @@ class HParams:
     @classmethod
     def from_json(cls, text: str) -> HParams:
         return cls(**json.loads(text))
+
+
+# What each hparam the model, the input pipeline and the trainer read means (--hparams_help).
+DESCRIPTIONS = {
+    "activation_dtype": "auto (bfloat16 where the hardware runs it natively, else float32), bfloat16 or float32",
+    "adam_beta1": "Adam's first-moment decay",
+    "adam_beta2": "Adam's second-moment decay",
+    "adam_epsilon": "Adam's epsilon",
+    "alpha": "beam search length penalty: score / ((5 + length) / 6) ** alpha",
+    "batch_size": "sequences per step (or tokens, with batch_size_unit=tokens)",
+    "batch_size_unit": "sequences or tokens",
+    "beam_size": "decoding: 1 greedy (or sampling), more for beam search",
+    "d_ff": "feed-forward hidden size",
+    "d_kv": "size of each attention head's keys and values",
+    "d_model": "model (embedding) size",
+    "decay_steps": "linear_decay: steps to reach 0 (0: the run's --train_steps)",
+    "dropout_rate": "dropout of every sublayer, attention and FFN (training only)",
+    "ffn_activation": "relu, gelu, ... or gated-<one of them> (T5 v1.1: gated-gelu)",
+    "inputs_length": "input tokens per example, EOS included; longer inputs are cut",
+    "label_smoothing": "label smoothing of the training loss",
+    "layout": "tensor dimension -> mesh dimension, e.g. batch:batch;d_ff:model;heads:model",
+    "learning_rate": "peak (rsqrt_decay: during warmup) or constant learning rate",
+    "learning_rate_schedule": "constant, rsqrt_decay or linear_decay",
+    "max_decode_length": "decoding: most output tokens (0: targets_length)",
+    "mesh_shape": "devices as named mesh dimensions, e.g. model:2,batch:4 ('' is one device)",
+    "norm_scope": "norm variable names: layer_norm (T5 v1.0) or rms_norm (T5 v1.1)",
+    "num_decoder_layers": "decoder blocks",
+    "num_encoder_layers": "encoder blocks",
+    "num_heads": "attention heads",
+    "optimizer": "adafactor or adam",
+    "pack": "several examples per training row (segment ids keep them apart)",
+    "relative_attention_num_buckets": "relative-position buckets of the attention bias",
+    "targets_length": "target tokens per example, EOS included; longer targets are cut",
+    "temperature": "decoding: 0 greedy, above 0 samples",
+    "tie_embeddings": "logits from the embedding matrix (T5 v1.0) or from decoder/logits/kernel (v1.1)",
+    "top_k": "decoding: sample among the k most likely tokens (0: all)",
+    "vocab_divisor": "the vocabulary is padded to a multiple of this",
+    "warmup_steps": "steps of linear warmup to learning_rate",
+    "weight_decay": "decoupled weight decay",
+    "z_loss": "weight of the log(Z)^2 term that keeps logits from drifting",
+}

@@ -166,7 +166,13 @@ def count_truncated(data_dir: str, problem_name: str, split: str, hp: HParams, l
     return counts
 
 
+# Truncated examples above this share get a WARNING with a length that would fit.
+TRUNCATION_WARNING = 0.02
+
+
 def log_truncation(data_dir: str, problem_name: str, split: str, hp: HParams) -> dict[str, Any]:
+    """Counts the examples the sequence lengths cut; above a few percent, warns and names the
+    length that would fit 99% of them (from datagen's length percentiles)."""
     counts = count_truncated(data_dir, problem_name, split, hp)
     n = max(counts["examples"], 1)
     lens = lengths(hp)
@@ -181,7 +187,34 @@ def log_truncation(data_dir: str, problem_name: str, split: str, hp: HParams) ->
         100.0 * counts["targets"] / n,
         lens["targets"],
     )
+    for key in KEYS:
+        if counts[key] / n <= TRUNCATION_WARNING:
+            continue
+        percentiles = _length_percentiles(data_dir, problem_name, key)
+        shown = ", ".join(f"{p} {v}" for p, v in percentiles.items() if p != "max")
+        fits = f"; --hparams={key}_length={percentiles['p99']} fits 99% of them" if "p99" in percentiles else ""
+        logging.warning(
+            "%.1f%% of the %s examples have %s longer than %s_length=%d and are cut (their lengths in tokens, "
+            "EOS included: %s)%s",
+            100.0 * counts[key] / n,
+            split,
+            key,
+            key,
+            lens[key],
+            shown or "unknown",
+            fits,
+        )
     return counts
+
+
+def _length_percentiles(data_dir: str, problem_name: str, key: str) -> dict[str, int]:
+    """The largest of each length percentile over the problem's components (meta.json)."""
+    out: dict[str, int] = {}
+    for task, _ in registry.problem(problem_name).components():
+        summary = problem_lib.read_meta(data_dir, task.name).get("lengths", {}).get(key, {})
+        for name, value in summary.items():
+            out[name] = max(out.get(name, 0), int(value))
+    return out
 
 
 def vocab_file(data_dir: str, problem_name: str) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from absl import logging
 
-from t2tcli import registry, run_info
+from t2tcli import checkpoints, registry, run_info
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.problem import Problem
@@ -121,7 +121,8 @@ def session_predict(estimator: Any, checkpoint_path: str, in_flight: int = BATCH
         # them a bfloat16 decode does not depend on how its batches are fed.
         config.graph_options.rewrite_options.disable_meta_optimizer = True
         with tf1.Session(graph=graph, config=config) as session:
-            saver.restore(session, checkpoint_path)
+            with checkpoints.readable(checkpoint_path):
+                saver.restore(session, checkpoint_path)
             with ThreadPoolExecutor(in_flight) as pool:
                 running: collections.deque = collections.deque()
                 for batch in batches():
@@ -158,7 +159,8 @@ def estimator_predict(estimator: Any, checkpoint_path: str):
             return tf.data.Dataset.from_generator(guarded, output_signature=signature)
 
         try:
-            yield from estimator.predict(input_fn, checkpoint_path=checkpoint_path, yield_single_examples=True)
+            with checkpoints.readable(checkpoint_path):
+                yield from estimator.predict(input_fn, checkpoint_path=checkpoint_path, yield_single_examples=True)
         except Exception:
             if errors:
                 raise errors[0] from None

@@ -37,6 +37,8 @@ the caller pads the last batch to the full batch size):
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import re
 import sys
 import time
@@ -324,7 +326,9 @@ def make_model_fn(
     spec = meshlib.spec_from_hparams(hp)
     train = train or TrainSettings()
 
-    def model_fn(features: dict[str, tf.Tensor], labels: Any, mode: str, params: dict[str, Any] | None = None) -> Any:
+    def model_fn(
+        features: dict[str, tf.Tensor], labels: Any, mode: str, params: dict[str, Any] | None = None, config: Any = None
+    ) -> Any:
         del labels
         params = params or {}
         batch_size = features["inputs"].shape[0]
@@ -340,7 +344,7 @@ def make_model_fn(
         batch_dim = mtf.Dimension("batch", int(batch_size))
         f = _import_features(g.mesh, features, batch_dim)
         if mode == ModeKeys.TRAIN:
-            return _train_spec(g, f, features, model_dir, train, use_tpu)
+            return _train_spec(g, f, features, model_dir, train, use_tpu, _task_name(config))
         if mode == ModeKeys.EVAL:
             return _eval_spec(g, f, use_tpu)
         return _predict_spec(g, f, decode, use_tpu)
@@ -355,12 +359,18 @@ def _spec(use_tpu: bool, **kwargs: Any) -> Any:
     if scaffold_fn is not None:
         kwargs["scaffold"] = scaffold_fn()
     kwargs.pop("host_call", None)
-    if "training_hooks" in kwargs:
-        kwargs["training_chief_hooks"] = kwargs.pop("training_hooks")
     if "eval_metrics" in kwargs:
         fn, tensors = kwargs.pop("eval_metrics")
         kwargs["eval_metric_ops"] = fn(*tensors)
     return tf.estimator.EstimatorSpec(**kwargs)
+
+
+def _task_name(config: Any) -> str:
+    """'' for the chief (or the only task); 'worker 1' and the like for the other workers
+    of a TF_CONFIG cluster."""
+    if config is None or getattr(config, "is_chief", True):
+        return ""
+    return f"{config.task_type} {config.task_id}"
 
 
 def _train_spec(
@@ -370,6 +380,7 @@ def _train_spec(
     model_dir: str,
     train: TrainSettings,
     use_tpu: bool,
+    task: str = "",
 ) -> Any:
     hp = g.hp
     _, loss = g.logits(f, f["targets"], ModeKeys.TRAIN, compute_loss=True)
@@ -402,7 +413,9 @@ def _train_spec(
             save_relative_paths=True,
         )
         tf1.add_to_collection(tf1.GraphKeys.SAVERS, saver)
-        hooks = [
+        # The chief restores, saves and summarises; every other worker of a cluster only
+        # trains and logs its own progress.
+        chief_hooks = [
             mtf.MtfRestoreHook(lowering),
             tf1.train.CheckpointSaverHook(
                 model_dir,
@@ -411,27 +424,39 @@ def _train_spec(
                 listeners=[mtf.MtfCheckpointSaverListener(lowering)],
             ),
         ]
+        worker_hooks = []
         if not use_tpu:
             # On TPU these tensors live inside the TPU loop; TPUEstimator logs loss and
             # steps/s itself and the summaries leave through host_call.
-            hooks.append(
-                TrainLogHook(
-                    tf_loss,
-                    lr,
-                    tokens,
-                    step_after,
-                    train.log_every_steps,
-                    model_dir,
-                    train_steps=train.train_steps,
-                    progress=train.progress,
-                )
+            log = TrainLogHook(
+                tf_loss,
+                lr,
+                tokens,
+                step_after,
+                train.log_every_steps,
+                model_dir if not task else None,
+                train_steps=train.train_steps,
+                progress=train.progress,
+                task=task,
             )
-    host_call = None
+            (worker_hooks if task else chief_hooks).append(log)
     if use_tpu:
         host_call = mtf.utils.create_host_call(model_dir)
         mtf.utils.remove_summaries()
-    return _spec(
-        use_tpu, mode=ModeKeys.TRAIN, loss=tf_loss, train_op=train_op, training_hooks=hooks, host_call=host_call
+        return _spec(
+            use_tpu,
+            mode=ModeKeys.TRAIN,
+            loss=tf_loss,
+            train_op=train_op,
+            training_hooks=chief_hooks,
+            host_call=host_call,
+        )
+    return tf.estimator.EstimatorSpec(
+        mode=ModeKeys.TRAIN,
+        loss=tf_loss,
+        train_op=train_op,
+        training_chief_hooks=chief_hooks,
+        training_hooks=worker_hooks,
     )
 
 
@@ -532,15 +557,17 @@ class TrainLogHook(tf1.train.SessionRunHook):
         tokens: tf.Tensor,
         step: tf.Tensor,
         every: int,
-        model_dir: str,
+        model_dir: str | None,
         train_steps: int | None = None,
         progress: bool = False,
+        task: str = "",
     ) -> None:
         self._fetches = {"loss": loss, "lr": lr, "tokens": tokens, "step": step}
         self._every = max(1, int(every))
         self._model_dir = model_dir
         self._train_steps = train_steps
         self._progress = progress
+        self._prefix = f"{task}: " if task else ""
         self._bar: Any = None
         self._bar_tokens = 0
         self._bar_started = 0.0
@@ -589,6 +616,10 @@ class TrainLogHook(tf1.train.SessionRunHook):
             tokens_per_s,
             eta,
         )
+        if self._model_dir is None:  # a worker that is not the chief: the chief summarises
+            self._start = (now, step)
+            self._tokens = 0
+            return
         writer = tf1.summary.FileWriterCache.get(self._model_dir)
         writer.add_summary(
             tf1.Summary(
@@ -618,6 +649,7 @@ class TrainLogHook(tf1.train.SessionRunHook):
         self._bar_started = time.monotonic()
 
     def _log(self, fmt: str, *args: Any) -> None:
+        fmt = self._prefix + fmt
         if self._bar is None:
             logging.info(fmt, *args)
             return
@@ -648,13 +680,22 @@ def write_initial_checkpoint(estimator: tf.estimator.Estimator, hp: HParams) -> 
 
 
 def session_config(hp: HParams) -> tf1.ConfigProto:
-    """Enough logical CPU devices for the mesh (when there is no GPU)."""
+    """Enough logical CPU devices for the mesh (when there is no GPU); in a TF_CONFIG
+    cluster, a task sees only the parameter servers and itself, so that workers do not
+    wait on each other (what Estimator sets when given no session config)."""
     spec = meshlib.spec_from_hparams(hp)
-    return tf1.ConfigProto(
+    task = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task", {})
+    config = tf1.ConfigProto(
         device_count={"CPU": meshlib.cpu_device_count(spec)},
         allow_soft_placement=True,
-        isolate_session_state=True,
+        # In a cluster, every worker's session must see the variables the parameter servers hold.
+        isolate_session_state=not task,
     )
+    if task.get("type") in ("chief", "worker", "master"):
+        config.device_filters.extend(["/job:ps", f"/job:{task['type']}/task:{int(task.get('index', 0))}"])
+    elif task.get("type") == "evaluator":
+        config.device_filters.append(f"/job:evaluator/task:{int(task.get('index', 0))}")
+    return config
 
 
 @dataclasses.dataclass

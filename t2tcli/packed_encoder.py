@@ -353,7 +353,11 @@ class PackedTextEncoder:
         self._unchecked = 0
         expected, _ = self._whole(texts[:size])
         if expected.tolist() != packed.take(slice(0, size)).tolist():
-            logging.info("%s: word-by-word encoding differs; encoding whole texts", self.vocab.model_file)
+            logging.info(
+                "%s does not encode a text as the concatenation of its space-separated words (it keeps "
+                "whitespace, or is not split at spaces): every text is encoded whole, which is slower",
+                self.vocab.model_file,
+            )
             self.use_word_cache = False
             return self._whole(texts)
         return packed, counts

@@ -29,6 +29,10 @@ class VocabSpec:
     instead of training one, so a pretrained checkpoint lines up with the ids.
     `extra_ids` appends T5's sentinels <extra_id_0> ... (T5 checkpoints have 100) to a
     trained model or to `from_file`'s.
+
+    A trained vocabulary normalises text as T5's does: newlines and tabs become spaces,
+    runs of spaces one space, so models see words, not layout. `keep_whitespace=True`
+    keeps newlines, tabs and runs of spaces as tokens, and decoded text gets them back.
     """
 
     name: str = "default"
@@ -38,6 +42,7 @@ class VocabSpec:
     from_file: str | None = None
     from_model: str | None = None
     extra_ids: int = 0
+    keep_whitespace: bool = False
     character_coverage: float = 1.0
     max_training_sentences: int = 300_000
 
@@ -70,6 +75,9 @@ class Text2TextProblem(Problem):
     num_shards: ClassVar[dict[str, int]] = {"train": 4, "dev": 1, "test": 1}
     # Skipped rows above this fraction of the input fail the run instead of being logged.
     max_skipped_fraction: ClassVar[float] = 0.01
+    # The record fields a t2t-decode line holds, tab-separated, in this order. None: the
+    # source's columns that `preprocess` builds `inputs` from (see t2tcli.preprocessing).
+    decode_fields: ClassVar[tuple[str, ...] | None] = None
 
     def components(self) -> list[tuple[Text2TextProblem, float]]:
         return [(self, 1.0)]
@@ -84,40 +92,16 @@ class Text2TextProblem(Problem):
         raise NotImplementedError(f"problem '{self.name}' defines no source")
 
     def preprocess(self, record: dict[str, Any]) -> dict[str, str] | None:
-        """Raw record -> {"inputs": str, "targets": str}; None drops it (and is counted)."""
-        return {"inputs": str(record["inputs"]), "targets": str(record["targets"])}
+        """Raw record -> {"inputs": str, "targets": str}; None drops it (and is counted).
 
-    def preprocess_frame(self, frame: Any) -> tuple[list[str | None], list[str | None]]:
-        """A chunk of raw records (a pandas DataFrame of strings) -> (inputs, targets) lists.
-
-        Datagen calls this, not `preprocess`, so a problem on large data can override it
-        with column-wise code; it must agree with `preprocess` row by row, a None input
-        standing for a record that `preprocess` drops.
+        The one description of the task: datagen, t2t-eval and t2t-decode all run it.
+        t2t-decode gives it a record of the decode line's fields only (a missing field
+        reads as "", and `field in record` is False), as an unlabeled test split would.
+        Datagen may give it whole columns at once (t2tcli.columns): written with str
+        methods, `+` and the helpers of t2tcli.text, it then runs at C speed; anything
+        else still works, record by record.
         """
-        inputs: list[str | None] = []
-        targets: list[str | None] = []
-        for record in frame.to_dict("records"):
-            pair = self.preprocess(record)
-            if pair is None:
-                inputs.append(None)
-                targets.append(None)
-                continue
-            if not isinstance(pair, dict) or "inputs" not in pair or "targets" not in pair:
-                raise UserError(
-                    f"problem '{self.name}': preprocess must return {{'inputs': str, 'targets': str}} or None, "
-                    f"got {pair!r}"
-                )
-            inputs.append(pair["inputs"])
-            targets.append(pair["targets"])
-        return inputs, targets
-
-    def format_input(self, line: str) -> str:
-        """A line given to t2t-decode -> the `inputs` string the model was trained on.
-
-        The default passes the line through; problems whose inputs are built from
-        several fields (e.g. question pairs) parse tab-separated fields here.
-        """
-        return line
+        return {"inputs": record["inputs"], "targets": record["targets"]}
 
     def postprocess(self, text: str) -> str:
         """Decoded text -> the value that metrics compare (e.g. a class label)."""
@@ -175,7 +159,27 @@ def data_files(data_dir: str, problem_name: str, split: str) -> list[str]:
             f"no '{split}' data for problem '{problem_name}' in {data_dir}; "
             f"run t2t-datagen --problem={problem_name} --data_dir={data_dir} first"
         )
+    _check_sizes(data_dir, problem_name, split, files)
     return files
+
+
+def _check_sizes(data_dir: str, problem_name: str, split: str, files: list[str]) -> None:
+    """Each shard must have the size datagen recorded: a truncated or replaced shard is
+    named here rather than failing deep inside TensorFlow's reader."""
+    if not os.path.exists(meta_path(data_dir, problem_name)):
+        return
+    try:
+        recorded = read_meta(data_dir, problem_name).get("splits", {}).get(split, {})
+    except (UserError, json.JSONDecodeError):
+        return
+    sizes = dict(zip(recorded.get("files", []), recorded.get("bytes", []), strict=False))
+    for path in files:
+        expected = sizes.get(os.path.basename(path))
+        if expected is not None and os.path.getsize(path) != expected:
+            raise UserError(
+                f"{path}: {os.path.getsize(path)} bytes, but t2t-datagen wrote {expected}: the shard is truncated "
+                f"or was replaced; t2t-datagen --problem={problem_name} --data_dir={data_dir} regenerates it"
+            )
 
 
 def read_meta(data_dir: str, problem_name: str) -> dict[str, Any]:

@@ -83,6 +83,8 @@ def _lookup(table: dict[str, Any], kind: str, name: str, extra: dict[str, Any] |
         return extra[name]
     names = list(table) + list(extra or {})
     hint = did_you_mean(name, names) or "; run with --registry_help to list them"
+    if not any(path not in BUILTIN_DIRS for path in _IMPORTED_DIRS):
+        hint += "; one defined in your own code needs --usr_dir=DIR"
     raise UserError(f"unknown {kind} '{name}'{hint}")
 
 
@@ -100,6 +102,11 @@ def hparams(name: str) -> Any:
     return _lookup(_HPARAMS, "hparams set", name)()
 
 
+def hparams_function(name: str) -> Callable[[], Any]:
+    """The function registered as hparams set `name` (its docstring describes the set)."""
+    return _lookup(_HPARAMS, "hparams set", name)
+
+
 def list_problems() -> list[str]:
     load_builtins()
     return sorted(_PROBLEMS)
@@ -115,16 +122,23 @@ def list_hparams() -> list[str]:
     return sorted(_HPARAMS)
 
 
+def _summary(obj: Any) -> str:
+    """The first line of an entry's docstring."""
+    doc = (getattr(obj, "__doc__", None) or "").strip()
+    return doc.splitlines()[0] if doc else ""
+
+
 def registry_help() -> str:
-    """The --registry_help text: one name per line, grouped by kind."""
+    """The --registry_help text: one name per line with its docstring's first line, by kind."""
     lines: list[str] = []
-    for title, names in (
-        ("Problems", list_problems()),
-        ("Mixtures", list_mixtures()),
-        ("HParams sets", list_hparams()),
-    ):
+    for title, table in (("Problems", _PROBLEMS), ("Mixtures", _MIXTURES), ("HParams sets", _HPARAMS)):
+        load_builtins()
         lines.append(f"{title}:")
-        lines.extend(f"  {n}" for n in names) if names else lines.append("  (none)")
+        width = max((len(n) for n in table), default=0)
+        for name in sorted(table):
+            lines.append(f"  {name:<{width}}  {_summary(table[name])}".rstrip())
+        if not table:
+            lines.append("  (none)")
     return "\n".join(lines)
 
 

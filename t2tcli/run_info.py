@@ -69,21 +69,33 @@ def exists(model_dir: str) -> bool:
     return os.path.exists(os.path.join(model_dir, RUN_FILE))
 
 
+def _read_json(path: str, model_dir: str, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise UserError(f"{path} not found: is --model_dir={model_dir} a t2t-train model_dir?") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: unreadable {what} ({exc})") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: a directory, expected the {what}") from None
+
+
 def load(model_dir: str) -> tuple[RunInfo, HParams, str]:
     """(run info, hparams, vocabulary path) of a model_dir written by t2t-train."""
-    run_path = os.path.join(model_dir, RUN_FILE)
+    run_path, hparams_path = os.path.join(model_dir, RUN_FILE), os.path.join(model_dir, HPARAMS_FILE)
+    recorded = _read_json(run_path, model_dir, "run description")
     try:
-        with open(run_path, encoding="utf-8") as f:
-            info = RunInfo(**json.load(f))
-        with open(os.path.join(model_dir, HPARAMS_FILE), encoding="utf-8") as f:
-            hparams = HParams.from_json(f.read())
-        missing = {k: v for k, v in LEGACY_HPARAMS.items() if k not in hparams}
-        if missing:
-            logging.info("%s was written by an earlier t2tcli: taking %s", model_dir, missing)
-            for key, value in missing.items():
-                hparams.add_hparam(key, value)
-    except FileNotFoundError as exc:
-        raise UserError(f"{exc.filename} not found: is --model_dir={model_dir} a t2t-train model_dir?") from None
-    except (json.JSONDecodeError, TypeError) as exc:
+        info = RunInfo(**recorded)
+    except TypeError as exc:
         raise UserError(f"{run_path}: unreadable run description ({exc})") from None
+    values = _read_json(hparams_path, model_dir, "hparams")
+    if not isinstance(values, dict):
+        raise UserError(f"{hparams_path}: unreadable hparams (expected a JSON object)")
+    hparams = HParams(**values)
+    missing = {k: v for k, v in LEGACY_HPARAMS.items() if k not in hparams}
+    if missing:
+        logging.info("%s was written by an earlier t2tcli: taking %s", model_dir, missing)
+        for key, value in missing.items():
+            hparams.add_hparam(key, value)
     return info, hparams, os.path.join(model_dir, VOCAB_FILE)

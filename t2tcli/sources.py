@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -67,12 +68,21 @@ def raw_dir(tmp_dir: str | None, fallback: str | os.PathLike | None = None) -> s
     return str(fallback)
 
 
-def file_fingerprint(path: str) -> str:
-    """sha256 of the file's bytes: robust against touched mtimes and copied files."""
+def file_fingerprint(path: str, refuse_nul: bool = False) -> str:
+    """sha256 of the file's bytes: robust against touched mtimes and copied files.
+
+    With `refuse_nul`, a NUL byte is an error naming its line: pandas' CSV reader ends a
+    field at one, which would silently cut the field short.
+    """
     digest = hashlib.sha256()
+    lines = 0
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
+            if refuse_nul and b"\0" in block:
+                line = lines + block.count(b"\n", 0, block.index(b"\0")) + 1
+                raise UserError(f"{path}: line {line}: a NUL byte (\\0), which no text field may hold; remove it")
+            lines += block.count(b"\n")
     return "sha256:" + digest.hexdigest()
 
 
@@ -111,9 +121,11 @@ class _FileSource(Source):
         if unknown:
             raise ValueError(f"required/key columns {unknown} are not among the columns {self.columns}")
 
+    refuse_nul = False
+
     def fingerprint(self) -> str:
         _check_file(self.path)
-        return file_fingerprint(self.path)
+        return file_fingerprint(self.path, self.refuse_nul)
 
     def _keys(self, frame: pd.DataFrame, lines: np.ndarray) -> np.ndarray:
         if self.key is None:
@@ -133,6 +145,7 @@ class CsvSource(_FileSource):
     sep = ","
     quoting = csv.QUOTE_MINIMAL
     kind = "CSV"
+    refuse_nul = True
 
     def _reader(self, chunk_rows: int, nrows: int | None = None) -> Any:
         return pd.read_csv(
@@ -178,9 +191,28 @@ class CsvSource(_FileSource):
             raise UserError(f"{self.path}: not valid UTF-8 at {_first_undecodable_line(self.path)}") from None
         except pd.errors.ParserError as exc:
             detail = str(exc).strip().splitlines()[-1].removeprefix("Error tokenizing data. C error: ")
-            raise UserError(f"{self.path}: malformed {self.kind}: {detail}") from None
+            raise UserError(f"{self.path}: malformed {self.kind}: {self._with_file_line(detail)}") from None
         if rows == 0:
             raise UserError(f"{self.path}: no data rows after the header")
+
+    def _with_file_line(self, detail: str) -> str:
+        """pandas' message with its record number ("row 3008", "line 3009": records, the
+        header counted) turned into the file's line, which quoted newlines push further."""
+        match = re.search(r"(starting at row|in line) (\d+)", detail)
+        if not match:
+            return detail
+        records_before = int(match.group(2)) - (1 if match.group(1) == "in line" else 0) - 1
+        try:
+            before = self._reader(0, nrows=records_before) if records_before > 0 else None
+        except (pd.errors.ParserError, ValueError):
+            return detail
+        line = 2 + (int(_start_lines(before[list(self.columns)], 2)[1]) - 2 if before is not None else 0)
+        fields = re.search(r"Expected (\d+) fields in line \d+, saw (\d+)", detail)
+        if fields:
+            return f"line {line}: expected {fields.group(1)} fields, saw {fields.group(2)}"
+        if "EOF inside string" in detail:
+            return f"line {line}: a quoted field starts there and never ends"
+        return f"line {line}: {detail}"
 
 
 def _start_lines(frame: pd.DataFrame, first_line: int) -> tuple[np.ndarray, int]:

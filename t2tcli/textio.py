@@ -7,20 +7,22 @@ the line count of an output file always equals the line count of its input.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import sys
 from collections.abc import Iterator
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
+from t2tcli import paths
 from t2tcli.errors import UserError
 
 _UNESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\"}
 
 
-def escape(text: str) -> str:
-    """Makes `text` fit on one line: backslash, newline and carriage return are escaped."""
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+def escape(text: str, tabs: bool = False) -> str:
+    """Makes `text` fit on one line: backslash, newline and carriage return are escaped
+    (and tabs, with `tabs`: a field of a tab-separated line)."""
+    text = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    return text.replace("\t", "\\t") if tabs else text
 
 
 def unescape(text: str) -> str:
@@ -44,33 +46,37 @@ def read_lines(path: str, flag: str) -> Iterator[str]:
     """Lines of `path` (or stdin for '-') without their line ending, read lazily.
 
     Only '\\n' ends a line (plus a '\\r' before it), so a stray '\\r' or form feed
-    inside a line never splits it and shifts every following output.
+    inside a line never splits it and shifts every following output. Each line is
+    decoded on its own, so text that is not UTF-8 is reported at its own line.
     """
     if path == "-":
-        stream: TextIO = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="strict", newline="\n")
-        yield from _lines(stream, "<stdin>", flag)
+        yield from _lines(sys.stdin.buffer, "<stdin>", flag)
         return
     try:
-        f = open(path, encoding="utf-8", newline="\n")  # noqa: SIM115 - closed below
+        f = open(path, "rb")  # noqa: SIM115 - closed below
     except FileNotFoundError:
         raise UserError(f"--{flag}={path}: no such file") from None
     except IsADirectoryError:
         raise UserError(f"--{flag}={path}: is a directory") from None
+    except PermissionError:
+        raise UserError(f"--{flag}={path}: no permission to read it") from None
     with f:
         yield from _lines(f, path, flag)
 
 
-def _lines(stream: TextIO, name: str, flag: str) -> Iterator[str]:
-    number = 0
-    try:
-        for number, line in enumerate(stream, 1):  # noqa: B007 - used in the error below
-            if line.endswith("\n"):
-                line = line[:-1]
-                if line.endswith("\r"):
-                    line = line[:-1]
-            yield line
-    except UnicodeDecodeError as exc:
-        raise UserError(f"--{flag}: {name}:{number + 1}: not UTF-8 ({exc.reason})") from None
+def _lines(stream: BinaryIO, name: str, flag: str) -> Iterator[str]:
+    for number, raw in enumerate(stream, 1):
+        if raw.endswith(b"\n"):
+            raw = raw[:-1]
+            if raw.endswith(b"\r"):
+                raw = raw[:-1]
+        try:
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as exc:
+            raise UserError(
+                f"--{flag}: {name}:{number}: not UTF-8 (byte {exc.start + 1} of the line, 0x{raw[exc.start]:02x})"
+            ) from None
+        yield line
 
 
 def count_lines(path: str) -> int | None:
@@ -98,9 +104,9 @@ def atomic_output(path: str, flag: str) -> Iterator[TextIO]:
         yield sys.stdout
         sys.stdout.flush()
         return
+    paths.check_output_file(path, flag)
     directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise UserError(f"--{flag}={path}: directory {directory} does not exist")
+    paths.remove_stale_temporaries(directory, f".{os.path.basename(path)}.tmp")
     tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
     f = open(tmp, "w", encoding="utf-8", newline="\n")  # noqa: SIM115 - closed below
     try:

@@ -190,9 +190,8 @@ def run(cfg: TrainConfig) -> int:
     if cfg.train_steps < 0:
         raise UserError("--train_steps must be 0 (write the initial checkpoint only) or more")
     pretrained = _pretrained(cfg.init_checkpoint)
-    proto = _run_vocabulary(cfg, pretrained)
-    vocab_size = len(_pieces(proto))
-    if run_info.exists(cfg.model_dir):
+    resumed = run_info.exists(cfg.model_dir)
+    if resumed:
         info, recorded, _ = run_info.load(cfg.model_dir)
         if info.problem and info.problem != cfg.problem:
             raise UserError(
@@ -200,7 +199,11 @@ def run(cfg: TrainConfig) -> int:
                 "use a new --model_dir (or --init_checkpoint to fine-tune from it)"
             )
         hp = _resumed_hparams(cfg, info, recorded)
-    else:
+    elif cfg.hparams_set:  # names and values checked before the data is looked at
+        hp = resolve_hparams(cfg)
+    proto = _run_vocabulary(cfg, pretrained)
+    vocab_size = len(_pieces(proto))
+    if not resumed and not cfg.hparams_set:
         hp = resolve_hparams(cfg, pretrained, vocab_size)
     spec = meshlib.spec_from_hparams(hp)
     meshlib.check_batch(spec, inputs.batch_size(hp))
@@ -269,10 +272,17 @@ def run(cfg: TrainConfig) -> int:
             return 0
         inputs.log_truncation(cfg.data_dir, cfg.problem, "train", hp)
         train_fn = inputs.input_fn(cfg.data_dir, cfg.problem, "train", hp, training=True, seed=cfg.random_seed)
-        if cfg.schedule == "train":
-            estimator.train(train_fn, max_steps=cfg.train_steps)
-            return latest_step(cfg.model_dir)
-        return _train_and_evaluate(cfg, hp, estimator, train_fn, step)
+        try:
+            if cfg.schedule == "train" and not os.environ.get("TF_CONFIG"):
+                estimator.train(train_fn, max_steps=cfg.train_steps)
+                return latest_step(cfg.model_dir)
+            return _train_and_evaluate(cfg, hp, estimator, train_fn, step)
+        except tf.errors.DataLossError as exc:  # shards damaged after their sizes were checked
+            detail = str(exc.message).strip().splitlines()[0][:200]
+            raise UserError(
+                f"reading the data in --data_dir={cfg.data_dir} failed ({detail}); "
+                f"t2t-datagen --problem={cfg.problem} --data_dir={cfg.data_dir} --overwrite regenerates it"
+            ) from None
     finally:
         if converted is not None:
             shutil.rmtree(converted, ignore_errors=True)
@@ -281,8 +291,10 @@ def run(cfg: TrainConfig) -> int:
 def _train_and_evaluate(cfg: TrainConfig, hp: HParams, estimator: Any, train_fn: Any, step: int) -> int:
     """Alternates training and dev evaluation every `eval_every_steps`.
 
-    Under TF_CONFIG (multi-worker), Estimator's own train_and_evaluate coordinates the
-    chief, workers and evaluator instead.
+    Under TF_CONFIG (several machines, whatever --schedule says), Estimator's own
+    train_and_evaluate runs this task's part: a parameter server serves the variables,
+    the chief and each worker train (asynchronously, on the variables the parameter
+    servers hold), an evaluator task evaluates each new checkpoint.
     """
     eval_fn = inputs.input_fn(cfg.data_dir, cfg.problem, "dev", hp, training=False)
     eval_steps = cfg.eval_steps or None

@@ -22,6 +22,8 @@ UNK_ID = 2
 # the word-start mark, so "a <extra_id_0> b" encodes to the ids T5's and Hugging Face's
 # tokenizers give it and decodes back to the same text.
 SENTINEL = "\u2581<extra_id_{}>"
+# What a vocabulary that keeps whitespace holds as symbols of their own.
+WHITESPACE_SYMBOLS = ("\n", "\t")
 
 
 class Vocabulary:
@@ -129,9 +131,22 @@ def train_vocabulary(
     user_defined_symbols: Sequence[str] = (),
     character_coverage: float = 1.0,
     sentinels: int = 0,
+    keep_whitespace: bool = False,
 ) -> None:
     """Trains a SentencePiece model (+ `sentinels` T5 sentinels) and writes `model_file`
-    (+ `.vocab`) atomically."""
+    (+ `.vocab`) atomically.
+
+    By default text is normalised as T5's vocabulary does (NFKC; newlines and tabs become
+    spaces, runs of spaces one space). `keep_whitespace` keeps newlines, tabs and runs of
+    spaces, as tokens, for tasks where layout carries meaning (code, verse, ASCII art).
+    """
+    whitespace: dict[str, object] = {}
+    if keep_whitespace:
+        user_defined_symbols = (
+            *user_defined_symbols,
+            *(c for c in WHITESPACE_SYMBOLS if c not in user_defined_symbols),
+        )
+        whitespace = {"normalization_rule_name": "nfkc", "remove_extra_whitespaces": False}
     model = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
@@ -148,6 +163,7 @@ def train_vocabulary(
             hard_vocab_limit=False,
             num_threads=os.cpu_count() or 1,
             minloglevel=2,
+            **whitespace,
         )
     except RuntimeError as exc:
         raise UserError(f"training vocabulary {model_file}: {exc}") from None

@@ -16,7 +16,7 @@ from t2tcli import datagen, packed_encoder, registry, shards
 from t2tcli.compat import tf
 from t2tcli.errors import UserError
 from t2tcli.packed_encoder import PackedTextEncoder, Spans, interleave, varint
-from t2tcli.problem import Text2TextProblem, VocabSpec, data_files, read_meta
+from t2tcli.problem import VocabSpec, data_files, read_meta
 from t2tcli.vocab import EOS_ID, Vocabulary
 
 WORDS = "what how why is the a best way to learn python cook rice fast good book read".split()
@@ -379,9 +379,6 @@ def test_preprocess_failures_name_file_and_line(tmp_path):
     class Buggy(type(registry.problem("copy_sequence"))):
         name = "buggy"
         train_rows, test_rows = 50, 5
-
-        def preprocess_frame(self, frame):
-            return Text2TextProblem.preprocess_frame(self, frame)
 
         def preprocess(self, record):
             return {"inputs": record["input"], "targets": record["targets"]}  # a typo: "input"

@@ -188,9 +188,10 @@ def test_lines_are_formatted_as_the_problem_formats_them():
     fmt = decoding.input_formatter(problem, raw=False)
     decoding.run(["How old are you?\tWhat is your age?", ""], out, job(format_input=fmt, inputs_length=200), model)
     fed = char_decode(list(model.batches[0]["inputs"][0]))
-    assert fed == problem.format_input("How old are you?\tWhat is your age?")
+    record = {"question1": "How old are you?", "question2": "What is your age?"}
+    assert fed == problem.preprocess(record)["inputs"]
     assert fed.startswith("is duplicate: ") and " <SEP> " in fed
-    with pytest.raises(UserError, match=r"input:1: expected 'question1<TAB>question2'"):
+    with pytest.raises(UserError, match=r"input:1: expected 2 tab-separated fields \(question1, question2\), got 1"):
         decoding.run(["just one question"], io.StringIO(), job(format_input=fmt), ReversingModel())
     raw = decoding.input_formatter(problem, raw=True)
     assert raw("is duplicate: a <SEP> b") == "is duplicate: a <SEP> b"

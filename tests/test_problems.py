@@ -3,48 +3,70 @@
 from __future__ import annotations
 
 import csv
-import sys
 
 import pandas as pd
 import pytest
 import tensorflow_datasets as tfds
 from test_datagen import read_examples, run, write_quora
 
-from t2tcli import registry
+from t2tcli import columns, preprocessing, registry, text
 from t2tcli.errors import UserError
 from t2tcli.problem import data_files, read_meta
 from t2tcli.vocab import Vocabulary
 
 
-def test_qp_inputs_are_normalised_and_format_input_matches_training():
+def test_qp_inputs_are_normalised_and_a_decode_line_goes_through_the_same_preprocess():
     problem = registry.problem("qp_is_duplicate")
     record = {"question1": ' What is "Python"?\nReally ', "question2": "“Why” LEARN it?", "is_duplicate": "1"}
     expected = "is duplicate: what is python? really <SEP> why learn it?"
     assert problem.preprocess(record) == {"inputs": expected, "targets": "1"}
-    assert problem.format_input(' What is "Python"?\nReally \t“Why” LEARN it?\n') == expected
-    with pytest.raises(UserError, match="question1<TAB>question2"):
-        problem.format_input("no tab here")
+    line = preprocessing.DecodeLines(problem)
+    assert line.fields == ("question1", "question2")
+    assert line(' What is "Python"?\\nReally \t“Why” LEARN it?') == expected
+    with pytest.raises(UserError, match=r"expected 2 tab-separated fields \(question1, question2\), got 1"):
+        line("no tab here")
+    assert preprocessing.DecodeLines(registry.problem("generate_similar_question")).fields == ("question1",)
+    assert preprocessing.DecodeLines(registry.problem("translate_en_es")).fields == ("english",)
+    assert preprocessing.DecodeLines(registry.problem("copy_sequence")).fields == ("inputs",)
     assert problem.metrics == ("accuracy", "f1")
 
 
-@pytest.mark.parametrize("extra", ["", "with\0nul"])
-def test_column_normalisation_equals_row_normalisation(extra):
-    quora = sys.modules[type(registry.problem("qp_is_duplicate")).__module__]
-    normalize_question, normalize_questions = quora.normalize_question, quora.normalize_questions
-    texts = ["ΟΔΟΣ Σ", ' "Quoted"\r\nTwo  lines ', "“Curly” İstanbul", "", "  ", "ÀÉÎ ǅ ß", extra]
-    assert normalize_questions(texts) == list(map(normalize_question, texts))
-    assert normalize_questions([]) == []
+@pytest.mark.parametrize("extra", ["", "with\0nul", "tab\there", "  lead", "trail "])
+def test_column_wise_text_helpers_equal_their_string_versions(extra):
+    texts = ["ΟΔΟΣ Σ", ' "Quoted"\r\nTwo  lines ', "“Curly” İstanbul", "", "  ", "ÀÉÎ ǅ ß", "a\u3000b", extra]
+    column = text.squash_spaces(columns.Column(list(texts)))
+    assert column.values == [text.squash_spaces(t) for t in texts]
+    assert text.squash_spaces(columns.Column([])).values == []
+    labels = columns.Column([" 1", "0 ", "maybe"])
+    assert text.choice(labels, ("0", "1"), "label", default="").values == ["1", "0", ""]
+    with pytest.raises(UserError, match="label must be one of 0, 1, got 'maybe'"):
+        text.choice(labels, ("0", "1"), "label")
 
 
-def test_qp_column_wise_preprocess_equals_row_wise():
+def test_qp_runs_column_wise_and_gives_what_record_by_record_gives():
     problem = registry.problem("qp_is_duplicate")
     frame = pd.DataFrame(
         {"question1": ["A b?", ' "x"  y '], "question2": ["C\nd", "é"], "is_duplicate": ["0", "1"]}, dtype=object
     )
-    rows = [problem.preprocess(r) for r in frame.to_dict("records")]
-    assert problem.preprocess_frame(frame) == ([r["inputs"] for r in rows], [r["targets"] for r in rows])
-    with pytest.raises(UserError, match="is_duplicate must be 0 or 1, got 'yes'"):
-        problem.preprocess_frame(frame.assign(is_duplicate=["0", "yes"]))
+    chunk = preprocessing.ChunkPreprocessor(problem)
+    assert chunk(frame) == preprocessing.record_by_record(problem, frame) and chunk.columnwise is True
+    with pytest.raises(UserError, match="is_duplicate must be one of 0, 1, got 'yes'"):
+        chunk(frame.assign(is_duplicate=["0", "yes"]))
+    paraphrase = preprocessing.ChunkPreprocessor(registry.problem("generate_similar_question"))
+    assert paraphrase(frame) == ([None, "paraphrase: x y"], [None, "é"]) and paraphrase.columnwise is False
+
+
+def test_a_preprocess_that_needs_one_string_runs_record_by_record_with_the_same_result():
+    class Conditional(type(registry.problem("copy_sequence"))):
+        name = "conditional"
+
+        def preprocess(self, record):
+            word = record["inputs"]
+            return {"inputs": f"{len(word)}: {word}" if word.startswith("a") else word.upper(), "targets": word[:1]}
+
+    frame = pd.DataFrame({"inputs": ["a b", "c d", "abc"], "targets": ["", "", ""]}, dtype=object)
+    chunk = preprocessing.ChunkPreprocessor(Conditional())
+    assert chunk(frame) == (["3: a b", "C D", "3: abc"], ["a", "c", "a"]) and chunk.columnwise is False
 
 
 def test_qp_all_generates_both_tasks_with_one_vocabulary(tmp_path):

@@ -89,3 +89,11 @@ def _run_block(index: int, workdir: Path) -> None:
         timeout=1800,
     )
     assert proc.returncode == 0, f"{code}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
+
+
+def test_the_readme_problem_is_the_shipped_one():
+    """The walkthrough's problem class is examples/usr_dir/which_book.py, which its blocks use."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    shipped = (REPO / "examples" / "usr_dir" / "which_book.py").read_text(encoding="utf-8")
+    blocks = [code for lang, _, code in FENCE.findall(text) if lang == "python" and "which_book" in code]
+    assert len(blocks) == 1 and blocks[0].strip() in shipped

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from absl import app, logging
 
 from t2tcli import registry
+from t2tcli.cli import help
 from t2tcli.errors import UserError
 from t2tcli.flags import FLAGS
 
@@ -37,6 +38,9 @@ def require(*names: str) -> None:
 
 def run(main: Callable[[], None]) -> None:
     """Runs `main` under absl: unknown flags are errors; UserError is one line, exit 1."""
+    if help.wants_help(sys.argv):
+        help.print_help(prog_name(), main.__module__)
+        sys.exit(0)
 
     def wrapped(argv: list[str]) -> None:
         if len(argv) > 1:
@@ -54,6 +58,9 @@ def run(main: Callable[[], None]) -> None:
             if FLAGS.registry_help:
                 print(registry.registry_help())
                 return
+            if FLAGS.hparams_help:
+                print(hparams_help())
+                return
             main()
         except UserError as exc:
             fail(str(exc))
@@ -62,8 +69,37 @@ def run(main: Callable[[], None]) -> None:
         except BrokenPipeError:  # e.g. `t2t-decode ... | head`: the reader has gone
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(1)
+        except OSError as exc:  # the file system said no (full disk, permissions, a path that is a file)
+            where = f"{exc.filename}: " if exc.filename else ""
+            fail(f"{where}{exc.strerror or exc}")
 
     app.run(wrapped, flags_parser=_parse_flags)
+
+
+def hparams_help() -> str:
+    """--hparams_help: every hparam of --hparams_set (with --hparams applied), or of
+    --model_dir's run, one per line with what it means."""
+    from t2tcli.hparams import DESCRIPTIONS
+
+    if FLAGS.hparams_set:
+        hp = registry.hparams(FLAGS.hparams_set).parse(FLAGS.hparams)
+        doc = (registry.hparams_function(FLAGS.hparams_set).__doc__ or "").strip().splitlines()
+        title = f"hparams set {FLAGS.hparams_set}" + (f": {doc[0]}" if doc else "")
+    elif FLAGS.model_dir and os.path.exists(os.path.join(FLAGS.model_dir, "run.json")):
+        from t2tcli import run_info
+
+        info, hp, _ = run_info.load(FLAGS.model_dir)
+        hp.parse(FLAGS.hparams)
+        title = f"hparams of {FLAGS.model_dir} (set {info.hparams_set})"
+    else:
+        raise UserError("--hparams_help needs --hparams_set=NAME (or the --model_dir of a run)")
+    width = max(len(k) for k in hp)
+    lines = [title + (f", with --hparams={FLAGS.hparams}" if FLAGS.hparams else "")]
+    for key in sorted(hp):
+        value = hp.get(key)
+        shown = f"{value!r}" if isinstance(value, str) else str(value)
+        lines.append(f"  {key:<{width}} = {shown:<14} {DESCRIPTIONS.get(key, '')}".rstrip())
+    return "\n".join(lines)
 
 
 def _parse_flags(argv: list[str]) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from t2tcli import registry
+from t2tcli import paths, registry
 from t2tcli.cli import common
 from t2tcli.errors import UserError
 from t2tcli.flags import FLAGS, show_progress
@@ -31,6 +31,7 @@ def main() -> None:
         raise UserError(f"--num_shards={FLAGS.num_shards}: must be at least 1")
     if FLAGS.chunk_rows < 1:
         raise UserError(f"--chunk_rows={FLAGS.chunk_rows}: must be at least 1")
+    paths.check_output_dir(FLAGS.data_dir, "data_dir")
     problem = registry.problem(FLAGS.problem)
     from t2tcli import datagen
 

@@ -35,7 +35,10 @@ def main() -> None:
     common.require("model_dir")
     if bool(FLAGS.decode_from_file) == bool(FLAGS.score_file):
         raise UserError("pass exactly one of --decode_from_file and --score_file")
-    from t2tcli import checkpoints, decoding, loading, textio
+    from t2tcli import checkpoints, decoding, loading, paths, textio
+
+    if FLAGS.decode_to_file != "-":
+        paths.check_output_file(FLAGS.decode_to_file, "decode_to_file")
 
     model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams)
     decode_hp = decoding.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)

@@ -29,7 +29,9 @@ def main() -> None:
     common.require("model_dir")
     if FLAGS.wait_timeout <= 0:
         raise UserError("--wait_timeout must be positive")
-    from t2tcli import checkpoints, decoding, evaluation, loading
+    from t2tcli import checkpoints, decoding, evaluation, loading, paths
+
+    paths.check_output_dir(evaluation.eval_dir(FLAGS.model_dir, FLAGS.split), "model_dir")
 
     if FLAGS.wait:
         evaluation.wait_for_run(FLAGS.model_dir, FLAGS.wait_timeout, FLAGS.wait_poll_seconds)

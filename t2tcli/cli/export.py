@@ -34,7 +34,9 @@ FLAGS = flags.FLAGS
 
 def main() -> None:
     common.require("model_dir", "export_dir")
-    from t2tcli import checkpoints, decoding, export, loading
+    from t2tcli import checkpoints, decoding, export, loading, paths
+
+    paths.check_output_dir(FLAGS.export_dir, "export_dir")
 
     model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams)
     decode_hp = decoding.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)

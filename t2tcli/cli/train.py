@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from t2tcli import trainer
+from t2tcli import paths, trainer
 from t2tcli.cli import common
 from t2tcli.flags import FLAGS, show_progress
 
@@ -63,6 +63,7 @@ def main() -> None:
     common.require("model_dir")
     if FLAGS.problem:
         common.require("data_dir")
+    paths.check_output_dir(FLAGS.model_dir, "model_dir")
     cfg = trainer.TrainConfig(
         problem=FLAGS.problem or "",
         hparams_set=FLAGS.hparams_set or "",

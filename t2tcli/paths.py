@@ -1,0 +1,67 @@
+"""Output locations checked before any work: one line naming the flag, not a traceback later.
+
+A binary that would fail to write its output only after minutes of work (an output
+directory that is a file, has no write permission, or cannot be created) says so at
+start instead, and temporary files that killed runs left behind are cleared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from t2tcli.errors import UserError
+
+
+def check_output_dir(path: str, flag: str) -> None:
+    """A one-line error when `path` cannot be (or become) a directory this process writes in.
+
+    Nothing is created: a run that fails its other checks leaves no directory behind.
+    Remote paths (gs://...) are left to their file system.
+    """
+    if "://" in path:
+        return
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"--{flag}={path}: exists and is not a directory")
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UserError(f"--{flag}={path}: {existing} is a file, so the directory cannot be made")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"--{flag}={path}: no permission to write in {existing}")
+
+
+def check_output_file(path: str, flag: str) -> None:
+    """A one-line error, before any work, when `path` cannot become an output file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UserError(f"--{flag}={path}: is a directory, expected a file name")
+    if not os.path.isdir(directory):
+        raise UserError(f"--{flag}={path}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise UserError(f"--{flag}={path}: no permission to write in {directory}")
+
+
+def remove_stale_temporaries(directory: str, prefix: str) -> None:
+    """Removes `<prefix><pid>` files of processes that no longer run (e.g. killed ones), so
+    an interrupted run leaves nothing behind once the next one starts."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix) :]
+        if name.startswith(prefix) and pid.isdigit() and not _running(int(pid)):
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(directory, name))
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
