@@ -38,8 +38,9 @@ MAX_TRUNCATION_WARNINGS = 5
 
 
 DECODE_KEYS = ("beam_size", "alpha", "temperature", "top_k", "max_decode_length")
-# Passed to the model_fn (t2tcli.model) besides the model's own decode hparams.
-ENGINES = ("auto", "fast", "mesh")
+# Which engine decodes (t2tcli.engines); the TF ones are the model_fn's (t2tcli.model).
+ENGINES = ("auto", "fast", "mesh", "ctranslate2")
+TF_ENGINES = ("auto", "fast", "mesh")
 
 
 def default_decode_hparams(model_hparams: HParams | None = None) -> HParams:
@@ -55,9 +56,12 @@ def default_decode_hparams(model_hparams: HParams | None = None) -> HParams:
         batch_size=64,
         max_decode_length=0,
         max_input_length=0,
-        # auto: t2tcli.fast_decode on one CPU / GPU, mesh-tensorflow's decode on TPUs and
-        # multi-device meshes; mesh forces the latter.
+        # auto: CTranslate2 on a CPU where it is installed and decodes alike, else
+        # t2tcli.fast_decode on one CPU / GPU, mesh-tensorflow's decode on TPUs and meshes
+        # of several devices; fast, mesh or ctranslate2 ask for one (t2tcli.engines).
         engine="auto",
+        # CTranslate2's weight type: float32 (the TF engines' results), int8, bfloat16, ...
+        quantization="float32",
     )
     for key in DECODE_KEYS:
         if model_hparams is not None and key in model_hparams:
@@ -78,12 +82,16 @@ def parse_decode_hparams(text: str, model_hparams: HParams | None = None) -> HPa
         raise UserError("--decode_hparams: beam search (beam_size > 1) does not sample; drop temperature/top_k")
     if hp.engine not in ENGINES:
         raise UserError(f"--decode_hparams: engine={hp.engine} is not one of {', '.join(ENGINES)}")
+    from t2tcli.ct2_engine import QUANTIZATIONS
+
+    if hp.quantization not in QUANTIZATIONS:
+        raise UserError(f"--decode_hparams: quantization={hp.quantization!r}: use one of {', '.join(QUANTIZATIONS)}")
     return hp
 
 
 def estimator_params(hp: HParams) -> dict[str, Any]:
-    """The decode settings the model_fn reads (params["decode"]), from --decode_hparams."""
-    return {k: hp.get(k) for k in (*DECODE_KEYS, "engine")}
+    """The decode settings the engines read, from --decode_hparams."""
+    return {k: hp.get(k) for k in (*DECODE_KEYS, "engine", "quantization")}
 
 
 def input_formatter(problem: Any, raw: bool) -> Callable[[str], str]:

@@ -49,7 +49,7 @@ from absl import logging
 from t2tcli import fast_decode, gin_bindings, inputs, numerics, optimization, weight_names
 from t2tcli import mesh as meshlib
 from t2tcli.compat import tf
-from t2tcli.decoding import DECODE_KEYS, ENGINES
+from t2tcli.decoding import DECODE_KEYS, TF_ENGINES
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 
@@ -139,19 +139,12 @@ def _decode_settings(hp: HParams, params: dict[str, Any] | None) -> dict[str, An
     settings = {k: hp.get(k) for k in DECODE_KEYS}
     settings.update(DECODE_DEFAULTS)
     settings.update((params or {}).get("decode", {}) or {})
+    settings.pop("quantization", None)  # CTranslate2's; the model_fn's engines run the activation dtype
     if settings["beam_size"] > 1 and (settings["temperature"] or settings["top_k"]):
         raise UserError("beam_size > 1 cannot be combined with temperature or top_k sampling")
-    if settings["engine"] not in ENGINES:
-        raise UserError(f"decode engine={settings['engine']!r}: use one of {', '.join(ENGINES)}")
+    if settings["engine"] not in TF_ENGINES:
+        raise UserError(f"decode engine={settings['engine']!r}: the model_fn runs one of {', '.join(TF_ENGINES)}")
     return settings
-
-
-def predicts_in_plain_session(hp: HParams, params: dict[str, Any] | None = None) -> bool:
-    """Whether PREDICT off TPU runs t2tcli.fast_decode. Its graph is plain TensorFlow whose
-    variables restore by name and which needs no Estimator hooks, so a caller may run it
-    in a session of its own (e.g. several batches at once)."""
-    decode = _decode_settings(hp, params)
-    return _use_fast_decode(hp, meshlib.spec_from_hparams(hp), decode, use_tpu=False, explain=False)
 
 
 def _use_fast_decode(

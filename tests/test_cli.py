@@ -127,7 +127,7 @@ def test_usr_dir_problem_appears_in_registry_help(binary, tmp_path):
     usr.mkdir()
     (usr / "shout.py").write_text(USER_PROBLEM)
     out = binary("t2t-datagen", f"--usr_dir={usr}", "--registry_help", check=True).stdout
-    assert "  shout_back\n" in out
+    assert re.search(r"^  shout_back +Targets are the inputs in capitals\.$", out, re.M), out
 
 
 def test_usr_dir_import_error_names_user_file(binary, tmp_path):

@@ -208,16 +208,17 @@ def test_batch_of_examples_equals_one_by_one():
     assert records == [shards.tfrecord_bytes([s]) for s in singles]
 
 
-def test_quora_column_normalisation_with_every_kind_of_whitespace():
-    quora = sys.modules[type(registry.problem("qp_is_duplicate")).__module__]
+def test_column_wise_squash_spaces_with_every_kind_of_whitespace():
+    from t2tcli import columns, text
+
     every = {c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace()}
-    assert every == {" ", *quora._OTHER_WHITESPACE}  # the scan for irregular spacing looks for all of them
+    assert every == {" ", *text._OTHER_WHITESPACE}  # the scan for irregular spacing looks for all of them
     texts = ["plain text", "", " ", "a  b", " a", "a ", "  ", "x"]
     for w in sorted(every):
         texts += [f"a{w}b", f"{w}a", f"a{w}", f"a {w} b", f"{w}{w}", w]
     ascii_texts = [t for t in texts if t.isascii()]
     for batch in (texts, ascii_texts, ascii_texts[::-1], texts + ["ñ"], ["what is x?"] * 3, [""], [" "], ["\x01a"]):
-        assert quora.normalize_questions(batch) == list(map(quora.normalize_question, batch))
+        assert text.squash_spaces(columns.Column(list(batch))).values == list(map(text.squash_spaces, batch))
 
 
 def test_meta_is_valid_json_with_agreed_keys(toy_dir):
@@ -374,7 +375,7 @@ def test_preprocess_failures_name_file_and_line(tmp_path):
     (raw / "train.csv").write_text("".join(text), encoding="utf-8")
     with pytest.raises(UserError) as info:
         run("qp_is_duplicate", tmp_path / "out", raw)
-    assert str(info.value) == f"{raw / 'train.csv'}: line 33: is_duplicate must be 0 or 1, got 'maybe'"
+    assert str(info.value) == f"{raw / 'train.csv'}: line 33: is_duplicate must be one of 0, 1, got 'maybe'"
 
     class Buggy(type(registry.problem("copy_sequence"))):
         name = "buggy"

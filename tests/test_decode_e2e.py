@@ -70,7 +70,7 @@ def test_bad_input_is_one_line_error(binary, toy_model, tmp_path):  # noqa: F811
 
 
 def test_beam_scores_at_least_greedy(toy_model):  # noqa: F811
-    from t2tcli import decoding, loading
+    from t2tcli import decoding, engines, loading
     from t2tcli.checkpoints import resolve
 
     # float32: in bfloat16 the same sequence scores differently by ~1e-4 in a batch of
@@ -82,8 +82,7 @@ def test_beam_scores_at_least_greedy(toy_model):  # noqa: F811
     scores = {}
     for beam in (1, 4):
         decode = {"beam_size": beam, "alpha": 0.0, "temperature": 0.0, "top_k": 0, "max_decode_length": 0}
-        estimator = loading.build_estimator(model, decode)
-        results = decoding.predict_rows(rows, loading.predictor(model, estimator, path), 4, 32)
+        results = decoding.predict_rows(rows, engines.predictor(model, decode, path), 4, 32)
         scores[beam] = [float(r["scores"]) for r in results]
     for greedy, beam in zip(scores[1], scores[4], strict=True):
         assert beam >= greedy - 1e-4
@@ -93,16 +92,14 @@ def test_beam_scores_at_least_greedy(toy_model):  # noqa: F811
 def test_batches_in_flight_keep_each_row_its_own_result(toy_model):  # noqa: F811
     """Several batches decode at once and come back in batch order: every row gets the
     result it gets when decoded alone, and the Estimator's own predict loop agrees."""
-    from t2tcli import decoding, loading
-    from t2tcli import model as modellib
+    from t2tcli import decoding, engines, loading
     from t2tcli.checkpoints import resolve
 
     # float32, so batch shape cannot move a bfloat16 rounding (see the test above).
     model = loading.load(toy_model["model_dir"], hparams="activation_dtype=float32")
     _, path = resolve(toy_model["model_dir"], None)
     decode = decoding.estimator_params(decoding.parse_decode_hparams("", model.hparams))
-    estimator = loading.build_estimator(model, decode)
-    assert modellib.predicts_in_plain_session(model.hparams, estimator.params)
+    estimator = loading.build_estimator(model, {**decode, "engine": "fast"})
     lines = ["a b c", "j", "d e f g h", "c c", "a b c d e f", "h g", "i", "b d f h j", "e e e"]
     rows = [decoding.Row(i, decoding.fit(model.vocab.encode(x), 16)[0]) for i, x in enumerate(lines)]
 
@@ -110,9 +107,9 @@ def test_batches_in_flight_keep_each_row_its_own_result(toy_model):  # noqa: F81
         results = decoding.predict_rows(rows, predict, batch_size, 16)
         return [[int(i) for i in r["outputs"]] for r in results]
 
-    alone = outputs(loading.session_predict(estimator, path, in_flight=1), 1)
-    assert outputs(loading.session_predict(estimator, path, in_flight=3), 2) == alone
-    assert outputs(loading.estimator_predict(estimator, path), 4) == alone
+    alone = outputs(engines.session_predict(estimator, path, in_flight=1), 1)
+    assert outputs(engines.session_predict(estimator, path, in_flight=3), 2) == alone
+    assert outputs(engines.estimator_predict(estimator, path), 4) == alone
     # Distinct results, so a row given another row's result cannot pass unnoticed.
     assert len({tuple(ids) for ids in alone}) >= len(lines) - 2
 

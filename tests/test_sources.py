@@ -56,7 +56,7 @@ def test_csv_chunks_bound_memory_and_keep_order(tmp_path):
         (b"id,question1\n1,a\n", "missing column 'question2' (header has: id, question1)"),
         (b"id,question1,question2\n", "no data rows"),
         (b"id,question1,question2\n1,ok,ok\n2,caf\xe9,x\n", "not valid UTF-8 at line 3, byte 6 (0xe9)"),
-        (b"id,question1,question2\n1,a,b\n2,a,b,c\n", "Expected 3 fields in line 3, saw 4"),
+        (b"id,question1,question2\n1,a,b\n2,a,b,c\n", "malformed CSV: line 3: expected 3 fields, saw 4"),
     ],
 )
 def test_csv_bad_input_is_one_line_naming_file(tmp_path, content, expected):

@@ -35,7 +35,7 @@ def main() -> None:
     common.require("model_dir")
     if bool(FLAGS.decode_from_file) == bool(FLAGS.score_file):
         raise UserError("pass exactly one of --decode_from_file and --score_file")
-    from t2tcli import checkpoints, decoding, loading, paths, textio
+    from t2tcli import checkpoints, decoding, engines, loading, paths, textio
 
     if FLAGS.decode_to_file != "-":
         paths.check_output_file(FLAGS.decode_to_file, "decode_to_file")
@@ -72,8 +72,8 @@ def main() -> None:
         ", ".join(f"{k}={v}" for k, v in params.items()),
     )
     # Decoded text needs no scores; skipping them saves a teacher-forced pass per batch.
-    estimator = loading.build_estimator(model, {**params, "compute_scores": bool(FLAGS.score_file)})
-    predict = loading.predictor(model, estimator, checkpoint)
+    settings = {**params, "compute_scores": bool(FLAGS.score_file)}
+    predict = engines.predictor(model, settings, checkpoint, scoring=bool(FLAGS.score_file))
     lines = textio.read_lines(source, source_flag)
     with textio.atomic_output(FLAGS.decode_to_file, "decode_to_file") as out, progress_bar(source) as bar:
         stats = decoding.run(lines, out, job, predict, scoring=bool(FLAGS.score_file), progress=bar)

@@ -29,7 +29,7 @@ def main() -> None:
     common.require("model_dir")
     if FLAGS.wait_timeout <= 0:
         raise UserError("--wait_timeout must be positive")
-    from t2tcli import checkpoints, decoding, evaluation, loading, paths
+    from t2tcli import checkpoints, decoding, engines, evaluation, loading, paths
 
     paths.check_output_dir(evaluation.eval_dir(FLAGS.model_dir, FLAGS.split), "model_dir")
 
@@ -43,7 +43,7 @@ def main() -> None:
         raise UserError("this model_dir was trained on no problem: pass --problem and --data_dir to evaluate it")
     tasks = evaluation.tasks_for(model.problem, data_dir, FLAGS.split, FLAGS.max_examples)
     params = decoding.estimator_params(decode_hp)
-    backend = loading.EstimatorBackend(model, params, decode_hp.batch_size)
+    backend = engines.Backend(model, params, decode_hp.batch_size)
     sink = evaluation.ResultsSink(evaluation.eval_dir(FLAGS.model_dir, FLAGS.split), tensorboard=FLAGS.tensorboard)
     evaluator = evaluation.Evaluator(
         backend,

@@ -1,0 +1,149 @@
+"""CTranslate2 as a decode engine: same answers as the TF engines, and all of t2t-decode around it."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from conftest import run_binary
+from toy_model import toy_model  # noqa: F401  (session fixture)
+
+from t2tcli import checkpoints, decoding, engines, loading
+from t2tcli.errors import UserError
+from t2tcli.vocab import EOS_ID
+
+pytest.importorskip("ctranslate2")
+
+LINES = ["a b c", "j i h g f", "d", "e e a a b a", "c a", "b b b b b b", "i h", "a j"]
+
+
+def _predict(model, engine: str, rows, **decode):
+    settings = {"engine": engine, "beam_size": 1, "alpha": 0.0, "temperature": 0.0, "top_k": 0}
+    settings.update(max_decode_length=16, **decode)
+    checkpoint = checkpoints.resolve(model.model_dir, None)[1]
+    predict = engines.predictor(model, settings, checkpoint, scoring=rows[0].targets is not None)
+    results = decoding.predict_rows(rows, predict, 4, 16, 16 if rows[0].targets is not None else None)
+    return [[int(i) for i in r["outputs"]] for r in results], [float(r["scores"]) for r in results]
+
+
+@pytest.fixture(scope="module")
+def toy(toy_model, tmp_path_factory):  # noqa: F811
+    """The toy model, copied: the CTranslate2 conversion is cached inside a model_dir."""
+    import shutil
+
+    model_dir = tmp_path_factory.mktemp("ct2") / "model"
+    shutil.copytree(toy_model["model_dir"], model_dir)
+    model = loading.load(str(model_dir), hparams="activation_dtype=float32")
+    rows = [decoding.Row(i, decoding.fit(model.vocab.encode(x), 16)[0]) for i, x in enumerate(LINES)]
+    return model, rows
+
+
+@pytest.mark.parametrize("decode", [{}, {"beam_size": 4}])
+def test_float32_decodes_and_scores_equal_the_fast_engines(toy, decode):
+    model, rows = toy
+    fast_ids, fast_scores = _predict(model, "fast", rows, **decode)
+    ct2_ids, ct2_scores = _predict(model, "ctranslate2", rows, **decode)
+    assert ct2_ids == fast_ids
+    np.testing.assert_allclose(ct2_scores, fast_scores, rtol=1e-4, atol=1e-4)
+    assert all(EOS_ID in ids for ids in ct2_ids), "a trained copy model ends every line"
+    scored = [decoding.Row(r.index, r.inputs, [i for i in ids if i]) for r, ids in zip(rows, fast_ids, strict=True)]
+    _, fast_scored = _predict(model, "fast", scored)
+    _, ct2_scored = _predict(model, "ctranslate2", scored)
+    np.testing.assert_allclose(ct2_scored, fast_scored, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ct2_scored, fast_scores, rtol=1e-4, atol=1e-4)
+
+
+def test_t2t_decode_with_ctranslate2_writes_what_the_fast_engine_writes(toy_model, tmp_path):  # noqa: F811
+    import shutil
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(toy_model["model_dir"], model_dir)
+    lines = tmp_path / "in.txt"
+    lines.write_text("a b c\n\nj i h g\nd e f\n")
+    outputs = {}
+    for engine in ("fast", "ctranslate2", "ctranslate2"):
+        proc = run_binary(
+            "t2t-decode",
+            f"--model_dir={model_dir}",
+            f"--decode_from_file={lines}",
+            f"--decode_hparams=engine={engine},batch_size=2",
+            "--hparams=activation_dtype=float32",
+        )
+        assert proc.returncode == 0, proc.stderr
+        if engine in outputs:
+            assert "converted" not in proc.stderr, "the cached conversion is reused"
+        else:
+            assert f"decode engine: {engine} (asked for)" in proc.stderr
+        outputs[engine] = proc.stdout
+    assert outputs["ctranslate2"] == outputs["fast"] and outputs["fast"].splitlines()[1] == ""
+    assert len(list((model_dir / "ctranslate2").iterdir())) == 1
+    proc = run_binary(
+        "t2t-decode",
+        f"--model_dir={model_dir}",
+        f"--decode_from_file={lines}",
+        "--decode_hparams=quantization=int8,engine=ctranslate2",
+    )
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 4, proc.stderr
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a b c\ta b c\nd\tj\n")
+    scores = {}
+    for engine in ("fast", "ctranslate2"):
+        proc = run_binary(
+            "t2t-decode",
+            f"--model_dir={model_dir}",
+            f"--score_file={pairs}",
+            f"--decode_hparams=engine={engine}",
+            "--hparams=activation_dtype=float32",
+        )
+        assert proc.returncode == 0, proc.stderr
+        scores[engine] = [float(x) for x in proc.stdout.split()]
+    np.testing.assert_allclose(scores["ctranslate2"], scores["fast"], rtol=1e-4, atol=1e-4)
+    assert scores["fast"][0] > scores["fast"][1]
+
+
+def test_auto_takes_ctranslate2_where_it_decodes_alike(toy):
+    model, _ = toy
+    assert engines.choose(model, {"engine": "auto", "beam_size": 1})[0] == "ctranslate2"
+    engine, why = engines.choose(model, {"engine": "auto", "beam_size": 4, "alpha": 0.6})
+    assert engine == "fast" and "beam search" in why
+    assert engines.choose(model, {"engine": "auto", "beam_size": 4}, scoring=True)[0] == "ctranslate2"
+    assert engines.choose(model, {"engine": "fast"})[0] == "fast"
+
+
+def test_without_ctranslate2_the_engine_names_the_install(toy, monkeypatch):
+    model, _ = toy
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)
+    with pytest.raises(
+        UserError, match="engine=ctranslate2 needs the ctranslate2 package: scripts/install ctranslate2"
+    ):
+        engines.choose(model, {"engine": "ctranslate2"})
+    engine, why = engines.choose(model, {"engine": "auto", "beam_size": 1})
+    assert engine == "fast" and "CTranslate2 is not installed" in why
+
+
+def test_an_unsupported_quantization_is_one_line_and_leaves_no_cache(toy_model, tmp_path):  # noqa: F811
+    import shutil
+
+    import ctranslate2
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(toy_model["model_dir"], model_dir)
+    lines = tmp_path / "in.txt"
+    lines.write_text("a b\n")
+    supported = ctranslate2.get_supported_compute_types("cpu")
+    wanted = next((q for q in ("bfloat16", "float16", "int8_float16") if q not in supported), None)
+    if wanted is None:
+        pytest.skip("this CPU runs every quantization")
+    args = [
+        f"--model_dir={model_dir}",
+        f"--decode_from_file={lines}",
+        f"--decode_hparams=engine=ctranslate2,quantization={wanted}",
+    ]
+    proc = run_binary("t2t-decode", *args)
+    assert proc.returncode == 1 and f"quantization={wanted} is not supported by CTranslate2 on this CPU" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (model_dir / "ctranslate2").exists()
+    proc = run_binary(
+        "t2t-decode", f"--model_dir={model_dir}", f"--decode_from_file={lines}", "--decode_hparams=quantization=int3"
+    )
+    assert proc.returncode == 1 and "quantization='int3': use one of float32, int8" in proc.stderr
