@@ -45,17 +45,19 @@ def sentencepiece_model(vocab_size: int) -> bytes:
     return model.getvalue()
 
 
-def build(out: str, kind: str, vocab_size: int, d_model: int, layers: int, seed: int) -> None:
+def build(out: str, kind: str, pieces: int, d_model: int, layers: int, seed: int, **config: int) -> None:
+    """Writes the directory; `config` overrides T5Config's fields (e.g. d_ff, num_heads,
+    d_kv, or vocab_size: more rows than the SentencePiece model and its sentinels)."""
     import torch
     from transformers import MT5Config, MT5ForConditionalGeneration, T5Config, T5ForConditionalGeneration
 
-    proto = sentencepiece_model(vocab_size)
-    rows = -(-(vocab_size + SENTINELS) // 128) * 128
+    proto = sentencepiece_model(pieces)
+    rows = -(-(pieces + SENTINELS) // 128) * 128
     v1_1 = kind in ("v1_1", "mt5")
     config_class, model_class = (
         (MT5Config, MT5ForConditionalGeneration) if kind == "mt5" else (T5Config, T5ForConditionalGeneration)
     )
-    config = config_class(
+    fields = dict(
         vocab_size=rows,
         d_model=d_model,
         d_kv=d_model // 4,
@@ -69,7 +71,7 @@ def build(out: str, kind: str, vocab_size: int, d_model: int, layers: int, seed:
         decoder_start_token_id=0,
     )
     torch.manual_seed(seed)
-    model = model_class(config)
+    model = model_class(config_class(**{**fields, **config}))
     if v1_1:
         # T5 v1.1 has an output projection of its own; a fresh model may share the embedding's.
         model.lm_head.weight = torch.nn.Parameter(torch.randn_like(model.lm_head.weight) * d_model**-0.5)
@@ -83,13 +85,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="directory to write (created)")
     parser.add_argument("--kind", choices=["v1_0", "v1_1", "mt5"], default="v1_0")
-    parser.add_argument("--vocab_size", type=int, default=600, help="SentencePiece pieces (sentinels come on top)")
+    parser.add_argument("--pieces", type=int, default=600, help="SentencePiece pieces (sentinels come on top)")
     parser.add_argument("--d_model", type=int, default=32)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    build(args.out, args.kind, args.vocab_size, args.d_model, args.layers, args.seed)
+    build(args.out, args.kind, args.pieces, args.d_model, args.layers, args.seed)
     print(args.out)
 
 

@@ -220,7 +220,8 @@ class Predictor:
             max_decoding_length=self.length,
             min_decoding_length=0,
             return_end_token=True,
-            return_scores=True,
+            # Scores cost a log-softmax over the vocabulary at every step; text needs none.
+            return_scores=bool(d.get("compute_scores", True)),
             max_input_length=0,
             sampling_topk=(int(d.get("top_k", 0)) or 0) if sampling else 1,
             sampling_temperature=float(d.get("temperature", 1.0)) if sampling else 1.0,
@@ -228,7 +229,7 @@ class Predictor:
         out = []
         for result in results:
             ids = [self.ids[t] for t in result.hypotheses[0]][: self.length]
-            out.append((ids, float(result.scores[0])))
+            out.append((ids, float(result.scores[0]) if result.scores else 0.0))
         return out
 
     def _score(self, sources: list[list[str]], targets: np.ndarray) -> list[float]:

@@ -30,8 +30,9 @@ the caller pads the last batch to the full batch size):
   build_estimator overrides any of them for one estimator; it may also hold
   `engine` ("auto": `t2tcli.fast_decode` on a one-device mesh off TPU, mesh-tf's
   decode otherwise; "fast" or "mesh" to choose) and `compute_scores=False`, which
-  lets mesh-tf's decode leave `scores` out (they cost it an extra teacher-forced
-  pass; fast_decode sums them while decoding, and scoring always returns them).
+  lets a decode return 0 for `scores` (mesh-tf's decode saves a teacher-forced pass,
+  fast_decode's greedy one the log-sum-exp of every step's logits; beam search ranks by
+  them and returns them anyway, and scoring always does).
 """
 
 from __future__ import annotations
@@ -64,9 +65,8 @@ tf1 = tf.compat.v1
 ModeKeys = tf.estimator.ModeKeys
 FEATURE_KEYS = ("inputs", "targets")
 PACKING_SUFFIXES = ("_segmentation", "_position")
-# Not hparams: callers that only need decoded ids pass {"compute_scores": False} (which only
-# the mesh-tf engine needs: t2tcli.fast_decode's scores are free); "engine" picks the decode
-# implementation: "auto" (t2tcli.fast_decode where it applies), "fast" or "mesh".
+# Not hparams: callers that only need decoded ids pass {"compute_scores": False}; "engine"
+# picks the decode implementation: "auto" (t2tcli.fast_decode where it applies), "fast" or "mesh".
 DECODE_DEFAULTS = {"compute_scores": True, "engine": "auto"}
 
 

@@ -40,7 +40,7 @@ def pretrained(tmp_path_factory):
     out = {}
     for kind in KINDS:
         hf_dir, model_dir = base / kind, base / f"{kind}_model"
-        random_hf_t5.build(str(hf_dir), kind, vocab_size=600, d_model=32, layers=2, seed=0)
+        random_hf_t5.build(str(hf_dir), kind, pieces=600, d_model=32, layers=2, seed=0)
         proc = run_binary("t2t-train", f"--init_checkpoint={hf_dir}", f"--model_dir={model_dir}", "--train_steps=0")
         assert proc.returncode == 0, proc.stderr
         out[kind] = (str(hf_dir), str(model_dir))
