@@ -10,7 +10,8 @@ import contextlib
 import glob
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from absl import logging
 
@@ -76,12 +77,27 @@ def readable(checkpoint_path: str) -> Iterator[None]:
     into one line naming the checkpoint."""
     try:
         yield
-    except (tf.errors.OutOfRangeError, tf.errors.DataLossError) as exc:
-        detail = str(exc.message).strip().splitlines()[0][:200]
+    except (tf.errors.OutOfRangeError, tf.errors.DataLossError, IndexError) as exc:
+        # IndexError: what TensorFlow's checkpoint reader raises for a data file cut short.
+        detail = str(getattr(exc, "message", exc)).strip().splitlines()[0][:200]
         raise UserError(
             f"checkpoint {checkpoint_path} cannot be read ({detail}): its files are truncated or damaged; "
             "use another one (--checkpoint_path / --checkpoint)"
         ) from None
+
+
+def read_tensors(checkpoint_path: str, names: Iterable[str]) -> dict[str, Any]:
+    """The named tensors of a checkpoint as numpy arrays; one line for a missing or damaged one."""
+    with readable(checkpoint_path):
+        reader = tf.train.load_checkpoint(checkpoint_path)
+        have = reader.get_variable_to_shape_map()
+        names = list(names)
+        missing = [n for n in names if n not in have]
+        if missing:
+            raise UserError(
+                f"checkpoint {checkpoint_path} lacks {len(missing)} of the model's weights, e.g. {missing[0]}"
+            )
+        return {name: reader.get_tensor(name) for name in names}
 
 
 def select(model_dir: str, spec: str) -> list[tuple[int, str]]:

@@ -179,6 +179,8 @@ def converted(
         os.replace(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        if not os.listdir(cache_root):  # a failed first conversion leaves the model_dir as it was
+            os.rmdir(cache_root)
         raise
     logging.info("converted %s for CTranslate2 (%s) into %s", checkpoint_path, quantization, target)
     return target

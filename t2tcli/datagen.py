@@ -78,7 +78,7 @@ class SourceReport:
     split: str
     rows: int = 0
     skipped: int = 0
-    first_skipped_lines: list[int] = dataclasses.field(default_factory=list)
+    first_skipped_lines: list[int | str] = dataclasses.field(default_factory=list)
     filtered: int = 0
 
 
@@ -438,7 +438,7 @@ def split_chunks(task: Text2TextProblem, options: Options, reports: list[SourceR
                     skipped_lines = chunk.lines[~keep]
                     report.skipped += len(skipped_lines)
                     room = SKIPPED_LINES_REPORTED - len(report.first_skipped_lines)
-                    report.first_skipped_lines.extend(int(n) for n in skipped_lines[:room])
+                    report.first_skipped_lines.extend(skipped_at(chunk, source, skipped_lines[:room]))
                 frame = chunk.frame[keep].reset_index(drop=True)
                 kept, inputs, targets = _pairs(preprocess, frame, chunk.lines[keep], source.origin)
                 report.filtered += int((~kept).sum())
@@ -456,6 +456,14 @@ def split_chunks(task: Text2TextProblem, options: Options, reports: list[SourceR
                         split, hashes[mask], [inputs[i] for i in part], [targets[i] for i in part], frame, rows[picked]
                     )
             _check_skipped(task, source, report)
+
+
+def skipped_at(chunk: Any, source: Source, lines: np.ndarray) -> list[int | str]:
+    """Where skipped records are, for reports: their lines, with the file's name when the
+    source is a glob of several files."""
+    if chunk.origin in ("", source.origin):
+        return [int(n) for n in lines]
+    return [f"{os.path.basename(chunk.origin)}:{int(n)}" for n in lines]
 
 
 def split_records(task: Text2TextProblem, options: Options, split: str) -> Iterator[dict[str, str]]:

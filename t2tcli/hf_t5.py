@@ -367,12 +367,6 @@ def export(
 
 def mesh_values_from_checkpoint(checkpoint_path: str, hp: HParams, vocab_size: int) -> dict[str, np.ndarray]:
     """The model's weights read from a t2tcli checkpoint, by mesh name."""
-    from t2tcli.compat import tf
+    from t2tcli import checkpoints
 
-    reader = tf.train.load_checkpoint(checkpoint_path)
-    shapes = mesh_shapes(Architecture.from_hparams(hp, vocab_size))
-    have = reader.get_variable_to_shape_map()
-    missing = [n for n in shapes if n not in have]
-    if missing:
-        raise UserError(f"checkpoint {checkpoint_path} lacks {len(missing)} of the model's weights, e.g. {missing[0]}")
-    return {name: reader.get_tensor(name) for name in shapes}
+    return checkpoints.read_tensors(checkpoint_path, mesh_shapes(Architecture.from_hparams(hp, vocab_size)))

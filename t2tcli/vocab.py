@@ -22,6 +22,8 @@ UNK_ID = 2
 # the word-start mark, so "a <extra_id_0> b" encodes to the ids T5's and Hugging Face's
 # tokenizers give it and decodes back to the same text.
 SENTINEL = "\u2581<extra_id_{}>"
+# SentencePiece training threads, the same on every machine (see train_vocabulary).
+TRAINING_THREADS = 16
 # What a vocabulary that keeps whitespace holds as symbols of their own.
 WHITESPACE_SYMBOLS = ("\n", "\t")
 
@@ -161,7 +163,9 @@ def train_vocabulary(
             unk_id=UNK_ID,
             bos_id=-1,
             hard_vocab_limit=False,
-            num_threads=os.cpu_count() or 1,
+            # A fixed count: the pieces SentencePiece learns depend on how many threads share
+            # the work, so a machine-dependent count would give other vocabularies elsewhere.
+            num_threads=TRAINING_THREADS,
             minloglevel=2,
             **whitespace,
         )
