@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -84,6 +85,18 @@ def readable(checkpoint_path: str) -> Iterator[None]:
             f"checkpoint {checkpoint_path} cannot be read ({detail}): its files are truncated or damaged; "
             "use another one (--checkpoint_path / --checkpoint)"
         ) from None
+
+
+def fingerprint(checkpoint_path: str) -> str:
+    """A short hash of a checkpoint's index bytes and data file sizes: what a cache of
+    something derived from it is keyed by (a data file cut short changes it; reading
+    every byte of a T5's data files for a key would cost as much as the conversion)."""
+    digest = hashlib.sha256()
+    with tf.io.gfile.GFile(checkpoint_path + ".index", "rb") as f:
+        digest.update(f.read())
+    for data in sorted(tf.io.gfile.glob(checkpoint_path + ".data-*")):
+        digest.update(f"{os.path.basename(data)}:{tf.io.gfile.stat(data).length}".encode())
+    return digest.hexdigest()[:12]
 
 
 def read_tensors(checkpoint_path: str, names: Iterable[str]) -> dict[str, Any]:

@@ -13,7 +13,6 @@ order, writing) stays t2t-decode's; this module is a `decoding.PredictFn`.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -159,12 +158,14 @@ def converted(
 ) -> str:
     """The CTranslate2 model of a checkpoint: converted once, cached under `cache_root`.
 
-    The cache key is the checkpoint's name and index bytes and the quantization, so a
-    checkpoint written again under the same step is converted again. The model is built
+    The cache key is the checkpoint's name, its fingerprint (index bytes and data file sizes)
+    and the quantization, so a checkpoint written again under the same step, or cut short
+    since, is converted again (and then fails as a damaged one should). The model is built
     in a temporary directory and renamed into place: a cache entry is complete or absent.
     """
-    with open(checkpoint_path + ".index", "rb") as f:
-        index = hashlib.sha256(f.read()).hexdigest()[:12]
+    from t2tcli import checkpoints
+
+    index = checkpoints.fingerprint(checkpoint_path)
     target = os.path.join(cache_root, f"{os.path.basename(checkpoint_path)}-{index}-{quantization}")
     if os.path.isfile(os.path.join(target, "model.bin")):
         return target

@@ -415,47 +415,74 @@ class SplitChunk:
     targets: list[str]
     frame: pd.DataFrame  # the raw records of the whole chunk (blank and dropped ones excluded)
     rows: np.ndarray  # the rows of `frame` that are this part's pairs, in order
+    positions: np.ndarray  # each pair's record's place in its source part (file, range), for ordering
 
 
 def split_chunks(task: Text2TextProblem, options: Options, reports: list[SourceReport]) -> Iterator[SplitChunk]:
     """Stages read, skip, preprocess and split of pass 1: every source chunk's pairs, each
     part tagged with its split. Skipped rows and drops are counted into `reports`."""
-    read_options = ReadOptions(chunk_rows=options.chunk_rows, tfds_data_dir=options.tfds_data_dir)
+    read_options = read_options_of(options)
     sources = split_sources(task, options)
-    dev_cut = np.uint64(int(round(task.dev_fraction * _DEV_BUCKETS)))
     preprocess = ChunkPreprocessor(task)
     with _progress(options, f"{task.name}: reading") as bar:
         for source_split, source in sources.items():
             report = SourceReport(source.origin, source_split)
             reports.append(report)
-            hash_split = source_split == "train" and "dev" not in sources
             for chunk in source.chunks(read_options):
                 gc.collect(1)  # cycles from the previous chunk: young objects only, cheap
-                report.rows += len(chunk.frame)
                 bar.update(len(chunk.frame))
-                keep = ~_blank_mask(chunk.frame, source.required)
-                if not keep.all():
-                    skipped_lines = chunk.lines[~keep]
-                    report.skipped += len(skipped_lines)
-                    room = SKIPPED_LINES_REPORTED - len(report.first_skipped_lines)
-                    report.first_skipped_lines.extend(skipped_at(chunk, source, skipped_lines[:room]))
-                frame = chunk.frame[keep].reset_index(drop=True)
-                kept, inputs, targets = _pairs(preprocess, frame, chunk.lines[keep], source.origin)
-                report.filtered += int((~kept).sum())
-                keys = chunk.keys[keep][kept]
-                hashes = pd.util.hash_array(np.asarray(keys, dtype=object if keys.dtype == object else None))
-                rows = np.flatnonzero(kept)
-                if not hash_split:
-                    yield SplitChunk(source_split, hashes, inputs, targets, frame, rows)
-                    continue
-                is_dev = (hashes % np.uint64(_DEV_BUCKETS)) < dev_cut
-                for split, mask in (("train", ~is_dev), ("dev", is_dev)):
-                    picked = np.flatnonzero(mask)
-                    part = picked.tolist()
-                    yield SplitChunk(
-                        split, hashes[mask], [inputs[i] for i in part], [targets[i] for i in part], frame, rows[picked]
-                    )
+                yield from chunk_parts(task, sources, source_split, chunk, preprocess, report)
             _check_skipped(task, source, report)
+
+
+def read_options_of(options: Options, parts: int = 1) -> ReadOptions:
+    return ReadOptions(chunk_rows=options.chunk_rows, tfds_data_dir=options.tfds_data_dir, parts=parts)
+
+
+def chunk_parts(
+    task: Text2TextProblem,
+    sources: dict[str, Source],
+    source_split: str,
+    chunk: Any,
+    preprocess: ChunkPreprocessor,
+    report: SourceReport,
+) -> list[SplitChunk]:
+    """One chunk through the stages skip, preprocess and split: its pairs by split (one
+    part, or train and dev when the source is split by hash), counted into `report`."""
+    source = sources[source_split]
+    report.rows += len(chunk.frame)
+    keep = ~_blank_mask(chunk.frame, source.required)
+    if not keep.all():
+        skipped_lines = chunk.lines[~keep]
+        report.skipped += len(skipped_lines)
+        room = SKIPPED_LINES_REPORTED - len(report.first_skipped_lines)
+        report.first_skipped_lines.extend(skipped_at(chunk, source, skipped_lines[:room]))
+    frame = chunk.frame[keep].reset_index(drop=True)
+    kept, inputs, targets = _pairs(preprocess, frame, chunk.lines[keep], chunk.origin or source.origin)
+    report.filtered += int((~kept).sum())
+    keys = chunk.keys[keep][kept]
+    hashes = pd.util.hash_array(np.asarray(keys, dtype=object if keys.dtype == object else None))
+    rows = np.flatnonzero(kept)
+    positions = chunk.first_row + np.flatnonzero(keep)[rows]
+    if not (source_split == "train" and "dev" not in sources):
+        return [SplitChunk(source_split, hashes, inputs, targets, frame, rows, positions)]
+    is_dev = (hashes % np.uint64(_DEV_BUCKETS)) < np.uint64(int(round(task.dev_fraction * _DEV_BUCKETS)))
+    parts = []
+    for split, mask in (("train", ~is_dev), ("dev", is_dev)):
+        picked = np.flatnonzero(mask)
+        part = picked.tolist()
+        parts.append(
+            SplitChunk(
+                split,
+                hashes[mask],
+                [inputs[i] for i in part],
+                [targets[i] for i in part],
+                frame,
+                rows[picked],
+                positions[picked],
+            )
+        )
+    return parts
 
 
 def skipped_at(chunk: Any, source: Source, lines: np.ndarray) -> list[int | str]:

@@ -153,6 +153,7 @@ def test_decode_hparams_validation():
         "top_k": 0,
         "max_decode_length": 0,
         "engine": "mesh",
+        "quantization": "float32",
     }
 
 

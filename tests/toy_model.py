@@ -2,7 +2,9 @@
 
 Imported by the decode, eval, export and checkpoint tests. The trained directory is
 kept under the session's base temp dir, so every module that asks for it after the
-first gets it without training again.
+first gets it without training again. It trains in float32 on every machine: auto
+would pick bfloat16 where the CPU runs it natively, and a bfloat16-trained toy is a
+less sure model, whose unfinished lines make engines' beam searches legitimately differ.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def train_toy_model(base: Path) -> dict[str, str]:
             "t2t-train",
             "--problem=copy_sequence",
             "--hparams_set=mtf_transformer_tiny",
+            "--hparams=activation_dtype=float32",
             f"--data_dir={data_dir}",
             f"--model_dir={model_dir}",
             f"--train_steps={TRAIN_STEPS}",
