@@ -36,14 +36,13 @@ import pandas as pd
 from absl import logging
 from tqdm import tqdm
 
-from t2tcli import shards
+from t2tcli import fs, shards
 from t2tcli.errors import UserError
 from t2tcli.packed_encoder import PackedTextEncoder
 from t2tcli.preprocessing import ChunkPreprocessor
 from t2tcli.problem import Problem, Text2TextProblem, meta_path, read_meta, shard_path, vocab_path
-from t2tcli.run_info import atomic_write_text
 from t2tcli.sources import ReadOptions, Source
-from t2tcli.vocab import Vocabulary, check_layout, train_vocabulary, with_sentinels, write_model
+from t2tcli.vocab import Vocabulary, check_layout, trained_model, with_sentinels, write_model
 
 SKIPPED_LINES_REPORTED = 10
 PERCENTILES = (50, 90, 95, 99)
@@ -136,6 +135,12 @@ class VocabSample:
         if len(self.texts) >= self.limit:
             self._cutoff = int(self.priority[-1, 0])
 
+    def merge(self, other: VocabSample) -> None:
+        """Takes in another sample: the result is the sample of both inputs together."""
+        self.texts = np.concatenate([self.texts, other.texts])
+        self.priority = np.concatenate([self.priority, other.priority])
+        self._trim()
+
     def sentences(self) -> list[str]:
         self._trim()
         return [t for t in self.texts.tolist() if t.strip()]
@@ -155,6 +160,11 @@ class LengthHistogram:
             self.counts = np.pad(self.counts, (0, top + 1 - len(self.counts)))
         self.counts += np.bincount(lengths, minlength=len(self.counts))
 
+    def merge(self, other: LengthHistogram) -> None:
+        if len(other.counts) > len(self.counts):
+            self.counts = np.pad(self.counts, (0, len(other.counts) - len(self.counts)))
+        self.counts[: len(other.counts)] += other.counts
+
     def summary(self) -> dict[str, int]:
         total = int(self.counts.sum())
         if total == 0:
@@ -165,15 +175,39 @@ class LengthHistogram:
         return out
 
 
-def generate(problem: Problem, options: Options) -> list[str]:
-    """Generates every component of `problem` that is not complete; returns summary lines."""
-    os.makedirs(options.data_dir, exist_ok=True)
+@dataclasses.dataclass
+class Plan:
+    """What a datagen run has to do: the problem's components that are not complete, and
+    whether the shared vocabulary is (re)made, from a source model or by training."""
+
+    problem: Problem
+    vocab_file: str
+    source_vocab: bytes | None
+    need_vocab: bool
+    fingerprints: dict[str, str]
+    pending: list[Text2TextProblem]
+    complete: list[Text2TextProblem]
+
+    def skipped_summaries(self) -> list[str]:
+        return [f"{task.name}: complete, skipped (use --overwrite to regenerate)" for task in self.complete]
+
+
+def plan(problem: Problem, options: Options, look: bool = True) -> Plan:
+    """Which components need generating; the same decision for the local and Beam runs.
+
+    Without `look`, data_dir is not read (all of it is to be made): a dry run's plan.
+    """
+    if not look:
+        tasks = [task for task, _ in problem.components()]
+        fingerprints = {task.name: "" for task in tasks}
+        source = vocabulary_source(problem, options.vocab_from)
+        return Plan(problem, problem.vocab_file(options.data_dir), source, True, fingerprints, tasks, [])
     tasks = [task for task, _ in problem.components()]
     vocab_file = problem.vocab_file(options.data_dir)
     source_vocab = vocabulary_source(problem, options.vocab_from)
     need_vocab = (
         options.overwrite
-        or not os.path.exists(vocab_file)
+        or not fs.exists(vocab_file)
         or _differs(vocab_file, source_vocab)
         or _vocab_described_otherwise(tasks, options)
     )
@@ -183,13 +217,19 @@ def generate(problem: Problem, options: Options) -> list[str]:
         for task in tasks
         if need_vocab or not is_complete(task, options.data_dir, fingerprints[task.name], vocab_file)
     ]
-    summaries = [
-        f"{task.name}: complete, skipped (use --overwrite to regenerate)" for task in tasks if task not in pending
-    ]
-    if not pending:
+    complete = [task for task in tasks if task not in pending]
+    return Plan(problem, vocab_file, source_vocab, need_vocab, fingerprints, pending, complete)
+
+
+def generate(problem: Problem, options: Options) -> list[str]:
+    """Generates every component of `problem` that is not complete; returns summary lines."""
+    os.makedirs(options.data_dir, exist_ok=True)
+    work = plan(problem, options)
+    summaries = work.skipped_summaries()
+    if not work.pending:
         return summaries
-    for task in pending:
-        _remove_outputs(task, options.data_dir)
+    for task in work.pending:
+        remove_outputs(task, options.data_dir)
     _keep_freed_memory()
     # Millions of short-lived strings and lists, no reference cycles: the automatic
     # cyclic collector would keep rescanning them, costing a large share of the run
@@ -197,7 +237,9 @@ def generate(problem: Problem, options: Options) -> list[str]:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return summaries + _generate(problem, options, pending, vocab_file, source_vocab, need_vocab, fingerprints)
+        return summaries + _generate(
+            problem, options, work.pending, work.vocab_file, work.source_vocab, work.need_vocab, work.fingerprints
+        )
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -242,7 +284,7 @@ def _generate(
             finally:
                 writer.close()
                 shutil.rmtree(_work_dir(task, options), ignore_errors=True)
-            summaries.append(_summary(meta, time.monotonic() - start))
+            summaries.append(summary_line(meta, time.monotonic() - start))
         return summaries
     sample = VocabSample(problem.vocab.max_training_sentences) if source_vocab is None else None
     seconds = {task.name: 0.0 for task in pending}
@@ -261,7 +303,7 @@ def _generate(
             start = time.monotonic()
             meta = write_task(task, spools[task.name], vocab_file, options)
             seconds[task.name] += time.monotonic() - start
-            summaries.append(_summary(meta, seconds[task.name]))
+            summaries.append(summary_line(meta, seconds[task.name]))
     finally:
         for spool in spools.values():
             shutil.rmtree(spool.work_dir, ignore_errors=True)
@@ -316,12 +358,11 @@ def num_shards(task: Text2TextProblem, options: Options) -> dict[str, int]:
 
 
 def file_sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return "sha256:" + hashlib.sha256(f.read()).hexdigest()
+    return "sha256:" + hashlib.sha256(fs.read_bytes(path)).hexdigest()
 
 
 def is_complete(task: Text2TextProblem, data_dir: str, fingerprint: str, vocab_file: str) -> bool:
-    if not os.path.exists(meta_path(data_dir, task.name)) or not os.path.exists(vocab_file):
+    if not fs.exists(meta_path(data_dir, task.name)) or not fs.exists(vocab_file):
         return False
     try:
         meta = read_meta(data_dir, task.name)
@@ -333,18 +374,18 @@ def is_complete(task: Text2TextProblem, data_dir: str, fingerprint: str, vocab_f
         sizes = split.get("bytes") or [None] * len(split.get("files", []))
         for name, size in zip(split.get("files", []), sizes, strict=True):
             path = os.path.join(data_dir, name)
-            if not os.path.exists(path) or (size is not None and os.path.getsize(path) != size):
+            if not fs.exists(path) or (size is not None and fs.getsize(path) != size):
                 return False
     return True
 
 
-def _remove_outputs(task: Text2TextProblem, data_dir: str) -> None:
+def remove_outputs(task: Text2TextProblem, data_dir: str) -> None:
     """Removes the meta file first (so nothing looks complete), then stale shards of any count."""
     for path in [meta_path(data_dir, task.name)] + sorted(
-        glob.glob(os.path.join(glob.escape(data_dir), f"{glob.escape(task.name)}-*-[0-9]*-of-[0-9]*"))
+        fs.glob_in(data_dir, f"{glob.escape(task.name)}-*-[0-9]*-of-[0-9]*")
     ):
-        if os.path.exists(path):
-            os.remove(path)
+        if fs.exists(path):
+            fs.remove(path)
 
 
 def _progress(options: Options, desc: str, total: int | None = None) -> tqdm:
@@ -432,7 +473,7 @@ def split_chunks(task: Text2TextProblem, options: Options, reports: list[SourceR
                 gc.collect(1)  # cycles from the previous chunk: young objects only, cheap
                 bar.update(len(chunk.frame))
                 yield from chunk_parts(task, sources, source_split, chunk, preprocess, report)
-            _check_skipped(task, source, report)
+            check_skipped(task, source, report)
 
 
 def read_options_of(options: Options, parts: int = 1) -> ReadOptions:
@@ -544,7 +585,7 @@ def read_task(
     return spool
 
 
-def _check_skipped(task: Text2TextProblem, source: Source, report: SourceReport) -> None:
+def check_skipped(task: Text2TextProblem, source: Source, report: SourceReport) -> None:
     if not report.skipped:
         return
     lines = ", ".join(map(str, report.first_skipped_lines))
@@ -619,26 +660,29 @@ def _vocab_described_otherwise(tasks: list[Text2TextProblem], options: Options) 
 
 def _differs(vocab_file: str, proto: bytes | None) -> bool:
     """Whether an existing vocabulary file is not the one a source would write."""
-    if proto is None or not os.path.exists(vocab_file):
+    if proto is None or not fs.exists(vocab_file):
         return False
-    with open(vocab_file, "rb") as f:
-        return f.read() != proto
+    return fs.read_bytes(vocab_file) != proto
 
 
 def make_vocabulary(problem: Problem, vocab_file: str, source: bytes | None, sample: VocabSample | None) -> None:
     """Writes the problem's vocabulary: `source` as it is, or one trained on `sample`."""
+    if source is None:
+        assert sample is not None
+        source = trained_vocabulary(problem, sample, vocab_file)
+    write_model(source, vocab_file)
+
+
+def trained_vocabulary(problem: Problem, sample: VocabSample, vocab_file: str) -> bytes:
+    """The SentencePiece model (sentinels included) trained on `sample` for `vocab_file`."""
     spec = problem.vocab
-    if source is not None:
-        write_model(source, vocab_file)
-        return
-    assert sample is not None
     sentences = sample.sentences()
     logging.info(
         "training vocabulary %s on %d distinct texts (train inputs and targets, duplicates and blanks left out)",
         vocab_file,
         len(sentences),
     )
-    train_vocabulary(
+    return trained_model(
         sentences,
         vocab_file,
         vocab_size=spec.size,
@@ -713,35 +757,54 @@ class ShardWriter:
                 files.append(os.path.basename(path))
             sizes = [os.path.getsize(os.path.join(options.data_dir, f)) for f in files]
             splits_meta[split] = {"examples": spool.counts[split], "shards": count, "files": files, "bytes": sizes}
-        meta = {
-            "problem": task.name,
-            "vocab_file": os.path.basename(vocab_path(options.data_dir, task.vocab.name)),
-            "vocab_size": self.vocab.vocab_size,
-            "vocab_sha256": file_sha256(self.vocab_file),
-            "vocab_description": vocab_description(task, options),
-            "splits": splits_meta,
-            "rows_read": sum(r.rows for r in spool.reports),
-            "skipped": {
-                "total": sum(r.skipped for r in spool.reports),
-                "sources": {
-                    r.split: {
-                        "source": os.path.basename(r.origin),
-                        "rows": r.rows,
-                        "skipped": r.skipped,
-                        "first_lines": r.first_skipped_lines,
-                        "filtered": r.filtered,
-                    }
-                    for r in spool.reports
-                },
-            },
-            "filtered": sum(r.filtered for r in spool.reports),
-            "lengths": {name: histogram.summary() for name, histogram in self.lengths.items()},
-            "lengths_include_eos": True,
-            "metrics": list(task.metrics),
-            "source_fingerprint": spool.fingerprint,
-        }
-        atomic_write_text(meta_path(options.data_dir, task.name), json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        meta = build_meta(task, options, self.vocab_file, self.vocab.vocab_size, splits_meta, spool, self.lengths)
+        write_meta(task, options, meta)
         return meta
+
+
+def build_meta(
+    task: Text2TextProblem,
+    options: Options,
+    vocab_file: str,
+    vocab_size: int,
+    splits_meta: dict[str, Any],
+    spool: Spool,
+    lengths: dict[str, LengthHistogram],
+) -> dict[str, Any]:
+    """The meta file's content: what was written, read, skipped and filtered, and from what."""
+    return {
+        "problem": task.name,
+        "vocab_file": os.path.basename(vocab_path(options.data_dir, task.vocab.name)),
+        "vocab_size": vocab_size,
+        "vocab_sha256": file_sha256(vocab_file),
+        "vocab_description": vocab_description(task, options),
+        "splits": splits_meta,
+        "rows_read": sum(r.rows for r in spool.reports),
+        "skipped": {
+            "total": sum(r.skipped for r in spool.reports),
+            "sources": {
+                r.split: {
+                    "source": os.path.basename(r.origin),
+                    "rows": r.rows,
+                    "skipped": r.skipped,
+                    "first_lines": r.first_skipped_lines,
+                    "filtered": r.filtered,
+                }
+                for r in spool.reports
+            },
+        },
+        "filtered": sum(r.filtered for r in spool.reports),
+        "lengths": {name: histogram.summary() for name, histogram in lengths.items()},
+        "lengths_include_eos": True,
+        "metrics": list(task.metrics),
+        "source_fingerprint": spool.fingerprint,
+    }
+
+
+def write_meta(task: Text2TextProblem, options: Options, meta: dict[str, Any]) -> None:
+    fs.write_atomic(
+        meta_path(options.data_dir, task.name), (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode()
+    )
 
 
 def write_task(task: Text2TextProblem, spool: Spool, vocab_file: str, options: Options) -> dict[str, Any]:
@@ -761,7 +824,7 @@ def write_task(task: Text2TextProblem, spool: Spool, vocab_file: str, options: O
         writer.close()
 
 
-def _summary(meta: dict[str, Any], seconds: float) -> str:
+def summary_line(meta: dict[str, Any], seconds: float) -> str:
     splits = ", ".join(f"{split} {info['examples']}" for split, info in meta["splits"].items())
     rows = meta["rows_read"]
     rate = rows / seconds if seconds > 0 else float("inf")

@@ -184,10 +184,8 @@ def _check_sizes(data_dir: str, problem_name: str, split: str, files: list[str])
 
 def read_meta(data_dir: str, problem_name: str) -> dict[str, Any]:
     path = meta_path(data_dir, problem_name)
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise UserError(
-            f"{path} not found; run t2t-datagen --problem={problem_name} --data_dir={data_dir} first"
-        ) from None
+    from t2tcli import fs
+
+    if not fs.exists(path):
+        raise UserError(f"{path} not found; run t2t-datagen --problem={problem_name} --data_dir={data_dir} first")
+    return json.loads(fs.read_bytes(path).decode("utf-8"))

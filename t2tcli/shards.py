@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import google_crc32c
 import numpy as np
 
+from t2tcli import fs
 from t2tcli.packed_encoder import Spans, interleave, pack_ids, varint
 from t2tcli.vocab import EOS_ID
 
@@ -133,14 +134,19 @@ def read_bucket(path: str) -> Spans:
 
 def write_shard(bucket_path: str, final_path: str, seed: int | None) -> int:
     """Bucket -> TFRecord at `final_path` (shuffled when `seed` is given); returns the count."""
-    records = read_bucket(bucket_path)
+    return write_records(read_bucket(bucket_path), final_path, seed)
+
+
+def write_records(records: Spans, final_path: str, seed: int | None) -> int:
+    """Records, in order or shuffled by `seed`, -> a TFRecord at `final_path` (local or
+    remote; written under a temporary name and renamed); returns the count."""
     if seed is not None:
         records = records.take(np.random.default_rng(seed).permutation(len(records)))
     tmp = f"{final_path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
+    with fs.open_file(tmp, "wb") as f:
         for start in range(0, len(records), _WRITE_BLOCK):
-            f.write(records.take(slice(start, start + _WRITE_BLOCK)).joined())
-    os.replace(tmp, final_path)
+            f.write(records.take(slice(start, start + _WRITE_BLOCK)).joined().tobytes())
+    fs.rename(tmp, final_path)
     return len(records)
 
 

@@ -7,8 +7,8 @@ Keeping T5's layout means a vocabulary trained here and T5's released
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import sentencepiece as spm
 
@@ -22,7 +22,7 @@ UNK_ID = 2
 # the word-start mark, so "a <extra_id_0> b" encodes to the ids T5's and Hugging Face's
 # tokenizers give it and decodes back to the same text.
 SENTINEL = "\u2581<extra_id_{}>"
-# SentencePiece training threads, the same on every machine (see train_vocabulary).
+# SentencePiece training threads, the same on every machine (see trained_model).
 TRAINING_THREADS = 16
 # What a vocabulary that keeps whitespace holds as symbols of their own.
 WHITESPACE_SYMBOLS = ("\n", "\t")
@@ -32,11 +32,12 @@ class Vocabulary:
     """A loaded SentencePiece model; ids follow T5 (pad=0, eos=1, unk=2)."""
 
     def __init__(self, model_file: str) -> None:
-        if not os.path.exists(model_file):
+        from t2tcli import fs
+
+        if not fs.exists(model_file):
             raise UserError(f"vocabulary {model_file} not found")
         self.model_file = model_file
-        with open(model_file, "rb") as f:
-            self.model_proto = f.read()
+        self.model_proto = fs.read_bytes(model_file)
         self._sp = check_layout(self.model_proto, model_file)
 
     @property
@@ -114,18 +115,21 @@ def without_sentinels(model_proto: bytes) -> tuple[bytes, int]:
 
 def write_model(model_proto: bytes, model_file: str) -> None:
     """Writes a SentencePiece model and its readable `.vocab` listing, each complete or absent."""
+    from t2tcli import fs
+
     sp = spm.SentencePieceProcessor(model_proto=model_proto)
-    listing = model_file.removesuffix(".model") + ".vocab"
-    with open(listing + ".tmp", "w", encoding="utf-8") as f:
-        for i in range(sp.get_piece_size()):
-            f.write(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n")
-    with open(model_file + ".tmp", "wb") as f:
-        f.write(model_proto)
-    os.replace(listing + ".tmp", listing)
-    os.replace(model_file + ".tmp", model_file)
+    listing = "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n" for i in range(sp.get_piece_size()))
+    fs.write_atomic(model_file.removesuffix(".model") + ".vocab", listing.encode("utf-8"))
+    fs.write_atomic(model_file, model_proto)
 
 
-def train_vocabulary(
+def train_vocabulary(sentences: Iterable[str], model_file: str, vocab_size: int, **settings: Any) -> None:
+    """Trains a SentencePiece model and writes `model_file` (+ `.vocab`) atomically;
+    `settings` as `trained_model`'s."""
+    write_model(trained_model(sentences, model_file, vocab_size, **settings), model_file)
+
+
+def trained_model(
     sentences: Iterable[str],
     model_file: str,
     vocab_size: int,
@@ -134,9 +138,9 @@ def train_vocabulary(
     character_coverage: float = 1.0,
     sentinels: int = 0,
     keep_whitespace: bool = False,
-) -> None:
-    """Trains a SentencePiece model (+ `sentinels` T5 sentinels) and writes `model_file`
-    (+ `.vocab`) atomically.
+) -> bytes:
+    """A SentencePiece model (+ `sentinels` T5 sentinels) trained on `sentences`, as the
+    bytes `model_file` will hold (`model_file` names it in errors).
 
     By default text is normalised as T5's vocabulary does (NFKC; newlines and tabs become
     spaces, runs of spaces one space). `keep_whitespace` keeps newlines, tabs and runs of
@@ -171,4 +175,4 @@ def train_vocabulary(
         )
     except RuntimeError as exc:
         raise UserError(f"training vocabulary {model_file}: {exc}") from None
-    write_model(with_sentinels(model.getvalue(), sentinels), model_file)
+    return with_sentinels(model.getvalue(), sentinels)

@@ -23,6 +23,21 @@ flags.DEFINE_string(
     "Use this vocabulary instead of the problem's: a SentencePiece .model file, or a Hugging Face T5 "
     "directory (its spiece.model and <extra_id_N> sentinels), to fine-tune that pretrained model.",
 )
+flags.DEFINE_string(
+    "beam_runner",
+    None,
+    "Run as an Apache Beam pipeline on this runner (DirectRunner, DataflowRunner, FlinkRunner, SparkRunner, "
+    "PortableRunner; FnApiRunner or InProcess: in this process). Writes the same files as the local run.",
+)
+flags.DEFINE_string(
+    "beam_options",
+    "",
+    'Options for the Beam runner, as on its command line, e.g. "--project=P --region=R '
+    "--temp_location=gs://B/tmp --num_workers=8\" (handed to Beam's PipelineOptions as they are).",
+)
+flags.DEFINE_boolean(
+    "dry_run", False, "With --beam_runner: build and check the pipeline, print its steps; run nothing."
+)
 
 
 def main() -> None:
@@ -45,7 +60,17 @@ def main() -> None:
         progress=show_progress(),
         vocab_from=FLAGS.vocab_from,
     )
-    for line in datagen.generate(problem, options):
+    if FLAGS.beam_runner:
+        from t2tcli import beam_datagen
+
+        lines = beam_datagen.generate(
+            problem, options, FLAGS.beam_runner, FLAGS.beam_options, FLAGS.usr_dir, FLAGS.dry_run
+        )
+    elif FLAGS.dry_run or FLAGS.beam_options:
+        raise UserError(f"--{'dry_run' if FLAGS.dry_run else 'beam_options'} needs --beam_runner")
+    else:
+        lines = datagen.generate(problem, options)
+    for line in lines:
         print(line, flush=True)
 
 

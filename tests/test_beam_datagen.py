@@ -1,0 +1,242 @@
+"""t2t-datagen on Apache Beam writes the bytes the local run writes, on every runner here."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tensorflow_datasets as tfds
+from conftest import run_binary
+from test_datagen import tree, write_quora
+from test_datagen_cli import assert_one_line_error
+
+from t2tcli import datagen, registry
+from t2tcli.problem import read_meta
+
+pytest.importorskip("apache_beam")
+
+from t2tcli import beam_datagen  # noqa: E402
+
+GLOB_PROBLEM = '''
+from t2tcli.problem import Text2TextProblem, VocabSpec
+from t2tcli.registry import register_problem
+from t2tcli.sources import CsvSource, raw_dir
+from t2tcli.text import squash_spaces
+
+
+@register_problem("beam_notes")
+class BeamNotes(Text2TextProblem):
+    """Notes in several CSV files -> their topic."""
+
+    vocab = VocabSpec(name="beam_notes", size=300)
+    max_skipped_fraction = 0.2
+    num_shards = {"train": 3}
+
+    def source(self, tmp_dir):
+        return CsvSource(f"{raw_dir(tmp_dir)}/notes-*.csv", columns=("note", "topic"))
+
+    def preprocess(self, record):
+        return {"inputs": "topic: " + squash_spaces(record["note"]), "targets": record["topic"]}
+'''
+
+WORDS = "river stone light garden winter letter market engine violin harbour".split()
+
+
+def write_notes(raw: Path, files: int = 3, rows: int = 150, blank_every: int = 31) -> None:
+    """CSV files with quoted newlines and commas, and rows lacking a required field."""
+    raw.mkdir(parents=True)
+    for f in range(files):
+        lines = ["note,topic"]
+        for i in range(rows):
+            words = " ".join(WORDS[(i * 7 + f + j) % len(WORDS)] for j in range(2 + i % 6))
+            note = f'"{words},\nsecond line {i}"' if i % 9 == 0 else words
+            topic = "" if i % blank_every == 4 % blank_every else WORDS[(i + f) % 4]
+            lines.append(f"{note},{topic}")
+        (raw / f"notes-{f}.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def usr_dir(tmp_path_factory) -> str:
+    directory = tmp_path_factory.mktemp("usr")
+    (directory / "beam_notes.py").write_text(GLOB_PROBLEM)
+    registry.import_usr_dir(str(directory))
+    return str(directory)
+
+
+def local_and_beam(name: str, tmp_path: Path, runner: str, beam_options: str = "", usr_dirs=(), **options):
+    """(local output, Beam output) of problem `name` as {file name: bytes}."""
+    problem = registry.problem(name)
+    datagen.generate(problem, datagen.Options(data_dir=str(tmp_path / "local"), **options))
+    beam_options_ = datagen.Options(data_dir=str(tmp_path / "beam"), **options | {"chunk_rows": 37})
+    beam_datagen.generate(problem, beam_options_, runner, beam_options, list(usr_dirs))
+    return tree(tmp_path / "local"), tree(tmp_path / "beam")
+
+
+def test_in_process_runner_writes_the_local_bytes_for_a_csv_glob_with_quoted_newlines_and_skipped_rows(
+    usr_dir, tmp_path
+):
+    write_notes(tmp_path / "raw")
+    local, beam = local_and_beam("beam_notes", tmp_path, "InProcess", usr_dirs=[usr_dir], tmp_dir=str(tmp_path / "raw"))
+    assert sorted(beam) == sorted(local) and len(local) == 7  # 3 train + 1 dev shards, meta, vocab + listing
+    assert beam == local
+    meta = read_meta(str(tmp_path / "beam"), "beam_notes")
+    assert meta["rows_read"] == 450 and meta["skipped"]["total"] == 15
+    first = meta["skipped"]["sources"]["train"]["first_lines"]
+    assert first[:3] == ["notes-0.csv:7", "notes-0.csv:41", "notes-0.csv:76"]  # a quoted newline every 9th row
+    assert len(first) == datagen.SKIPPED_LINES_REPORTED
+    assert not list((tmp_path / "beam").glob(".beam-*"))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_mixture_on_the_direct_runner_with_1_or_2_workers_writes_the_local_bytes(tmp_path, workers):
+    raw = write_quora(tmp_path / "raw", rows=400, blank_ids=(3, 250))
+    local, beam = local_and_beam(
+        "qp_all", tmp_path, "DirectRunner", f"--direct_num_workers={workers}", tmp_dir=str(raw)
+    )
+    assert beam == local
+    assert {"qp_is_duplicate.meta.json", "generate_similar_question.meta.json", "vocab.qp.model"} <= set(beam)
+
+
+def test_a_tfds_problem_read_in_ranges_writes_the_local_bytes(tmp_path):
+    with tfds.testing.mock_data(num_examples=40):
+        local, beam = local_and_beam("glue_qqp", tmp_path, "InProcess", tfds_data_dir=str(tmp_path / "tfds"))
+    assert beam == local and "glue_qqp-test-00000-of-00001" in beam
+
+
+def quora_with_bom_crlf(raw: Path) -> Path:
+    """The Kaggle CSV as a spreadsheet saves it: a BOM, CRLF line ends; blank fields; test.csv beside."""
+    write_quora(raw, rows=500, blank_ids=(11, 400))
+    train = raw / "train.csv"
+    train.write_bytes(b"\xef\xbb\xbf" + train.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r\n"))
+    return raw
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def job_service():
+    """Beam's local job service: a real portable runner, reached over loopback."""
+    port = free_port()
+    service = subprocess.Popen(
+        [sys.executable, "-m", "apache_beam.runners.portability.local_job_service_main", f"--port={port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("localhost", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.3)
+        else:
+            pytest.fail("the local job service did not start within 60 s")
+        yield f"localhost:{port}"
+    finally:
+        service.kill()
+        service.wait()
+
+
+def test_the_command_line_on_direct_and_portable_runners_writes_the_local_bytes(tmp_path, job_service):
+    raw = quora_with_bom_crlf(tmp_path / "raw")
+    common = ("t2t-datagen", "--problem=qp_all", f"--tmp_dir={raw}")
+    run_binary(*common, f"--data_dir={tmp_path / 'local'}", check=True)
+    direct = run_binary(
+        *common,
+        f"--data_dir={tmp_path / 'direct'}",
+        "--beam_runner=DirectRunner",
+        "--beam_options=--direct_num_workers=2",
+        check=True,
+    )
+    portable = run_binary(
+        *common,
+        f"--data_dir={tmp_path / 'portable'}",
+        "--beam_runner=PortableRunner",
+        f"--beam_options=--job_endpoint={job_service} --environment_type=LOOPBACK",
+        check=True,
+    )
+    local = tree(tmp_path / "local")
+    assert tree(tmp_path / "direct") == local and tree(tmp_path / "portable") == local
+    assert "qp_is_duplicate: 520 rows -> train " in direct.stdout and "skipped 2" in portable.stdout
+    meta = read_meta(str(tmp_path / "portable"), "qp_is_duplicate")
+    assert meta["splits"]["test"]["examples"] == 20
+
+
+def test_the_dataflow_job_graph_builds_offline_with_dry_run(tmp_path):
+    options = "--project=my-project --region=us-central1 --temp_location=gs://my-bucket/tmp --num_workers=8"
+    proc = run_binary(
+        "t2t-datagen",
+        "--problem=qp_all",
+        "--data_dir=gs://my-bucket/data",
+        "--beam_runner=DataflowRunner",
+        f"--beam_options={options}",
+        "--dry_run",
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    steps = proc.stdout.strip().splitlines()
+    assert steps[0].startswith("dry run on DataflowRunner: 2 problems, 3 source parts;")
+    for step in ("ReadPreprocessSplit", "VocabSample", "TrainSentencePiece", "Encode", "ByShard", "WriteShards"):
+        assert step in steps
+    proc = run_binary(
+        "t2t-datagen",
+        "--problem=qp_all",
+        f"--data_dir={tmp_path / 'out'}",
+        "--beam_runner=DataflowRunner",
+        "--beam_options=--project=my-project",
+        "--dry_run",
+    )
+    assert_one_line_error(proc, "--region, --temp_location missing")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failing_pipeline_is_one_line_and_leaves_nothing_that_looks_complete(usr_dir, tmp_path):
+    raw = tmp_path / "raw"
+    write_notes(raw, blank_every=2)
+    out = tmp_path / "out"
+    proc = run_binary(
+        "t2t-datagen",
+        f"--usr_dir={usr_dir}",
+        "--problem=beam_notes",
+        f"--tmp_dir={raw}",
+        f"--data_dir={out}",
+        "--beam_runner=InProcess",
+    )
+    assert_one_line_error(proc, "skipped 225 of 450 rows", "max_skipped_fraction")
+    assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "runner,options,fragment",
+    [
+        ("FlinkRunner", "", "job server jar could not be fetched"),
+        ("SparkRunner", "", "--spark_job_server_jar=PATH"),
+        ("Dataflow", "", "--beam_runner=Dataflow: use one of DirectRunner, DataflowRunner"),
+        ("DirectRunner", "--direct_num_workers='2", "--beam_options: No closing quotation"),
+    ],
+)
+def test_a_runner_that_cannot_start_is_one_line(tmp_path, runner, options, fragment):
+    proc = run_binary(
+        "t2t-datagen",
+        "--problem=qp_is_duplicate",
+        f"--data_dir={tmp_path / 'out'}",
+        f"--beam_runner={runner}",
+        f"--beam_options={options}",
+        timeout=300,
+    )
+    assert_one_line_error(proc, fragment)
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+def test_beam_flags_need_a_runner(tmp_path):
+    proc = run_binary("t2t-datagen", "--problem=qp_is_duplicate", f"--data_dir={tmp_path}", "--dry_run")
+    assert_one_line_error(proc, "--dry_run needs --beam_runner")
