@@ -171,10 +171,19 @@ def main() -> None:
     print(
         "Measured matmul peak (TF, 2048^2): " + ", ".join(f"{d} {p / 1e12:.3f} TFLOP/s" for d, p in peaks.items() if p)
     )
+    sys.path.insert(0, str(REPO))
+    from t2tcli import numerics
+
+    default = numerics.resolve("auto")
+    machine = numerics.detect()
+    print(
+        f"CPU kind: {machine.cpu_kind()}; activation_dtype=auto runs {default} ({numerics.native_bfloat16(machine)[1]})"
+    )
     print()
     print(f"{'system':<34}{'step s':>9}{'tokens/s':>11}{'MFU':>8}")
     results = {}
     for kind, dtype, label in [
+        ("t2t", "auto", f"t2tcli default (auto: {default})"),
         ("t2t", "bfloat16", "t2tcli (mesh-tf) bfloat16"),
         ("t2t", "float32", "t2tcli (mesh-tf) float32"),
         ("hf", "float32", "HF transformers T5 float32"),
@@ -185,7 +194,7 @@ def main() -> None:
             print(f"{label:<34}{'failed':>9}")
             continue
         t = res["step_time"]
-        peak = peaks.get(dtype)
+        peak = peaks.get(default if dtype == "auto" else dtype)
         mfu = f"{100 * flops / t / peak:.1f}%" if peak else "n/a"
         results[(kind, dtype)] = tokens / t
         print(f"{label:<34}{t:>9.3f}{tokens / t:>11.0f}{mfu:>8}")
@@ -193,6 +202,8 @@ def main() -> None:
     peer = max((v for (k, _), v in results.items() if k == "hf"), default=None)
     print()
     if ours and peer:
+        if ("t2t", "auto") in results:
+            print(f"t2tcli default / HF T5 best tokens/s: {results[('t2t', 'auto')] / peer:.2f}x")
         print(f"t2tcli best / HF T5 best tokens/s: {ours / peer:.2f}x")
     else:
         print("ratio not available (a side failed; is the `bench` extra installed?)")
