@@ -223,6 +223,11 @@ def plan(problem: Problem, options: Options, look: bool = True) -> Plan:
 
 def generate(problem: Problem, options: Options) -> list[str]:
     """Generates every component of `problem` that is not complete; returns summary lines."""
+    if fs.is_remote(options.data_dir):
+        raise UserError(
+            f"--data_dir={options.data_dir}: the local run writes local files; a remote data_dir takes "
+            "--beam_runner (FnApiRunner runs the pipeline in this process)"
+        )
     os.makedirs(options.data_dir, exist_ok=True)
     work = plan(problem, options)
     summaries = work.skipped_summaries()

@@ -61,8 +61,13 @@ def read_bytes(path: str) -> bytes:
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Writes `path` so that it is complete or absent: a temporary name, then a rename."""
+    """Writes `path` so that it is complete or absent: a temporary name, then a rename
+    (a killed writer's temporary of the same path is removed first)."""
     tmp = f"{path}.tmp{os.getpid()}"
+    if not is_remote(path):
+        from t2tcli import paths
+
+        paths.remove_stale_temporaries(os.path.dirname(path) or ".", os.path.basename(path) + ".tmp")
     with open_file(tmp, "wb") as f:
         f.write(data)
     rename(tmp, path)

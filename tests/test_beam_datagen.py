@@ -24,7 +24,7 @@ from t2tcli import beam_datagen  # noqa: E402
 GLOB_PROBLEM = '''
 from t2tcli.problem import Text2TextProblem, VocabSpec
 from t2tcli.registry import register_problem
-from t2tcli.sources import CsvSource, raw_dir
+from t2tcli.sources import CsvSource, JsonlSource, raw_dir
 from t2tcli.text import squash_spaces
 
 
@@ -41,6 +41,14 @@ class BeamNotes(Text2TextProblem):
 
     def preprocess(self, record):
         return {"inputs": "topic: " + squash_spaces(record["note"]), "targets": record["topic"]}
+
+
+@register_problem("beam_notes_jsonl")
+class BeamNotesJsonl(BeamNotes):
+    """The same notes as JSON lines."""
+
+    def source(self, tmp_dir):
+        return JsonlSource(f"{raw_dir(tmp_dir)}/notes-*.jsonl", columns=("note", "topic"))
 '''
 
 WORDS = "river stone light garden winter letter market engine violin harbour".split()
@@ -91,6 +99,19 @@ def test_in_process_runner_writes_the_local_bytes_for_a_csv_glob_with_quoted_new
     assert not list((tmp_path / "beam").glob(".beam-*"))
 
 
+def test_json_lines_in_several_files_give_the_local_bytes(usr_dir, tmp_path):
+    import json
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for f in range(3):
+        records = [{"note": f"{WORDS[(i + f) % 10]} {WORDS[i % 7]}\n{i}", "topic": WORDS[i % 4]} for i in range(80)]
+        records[5]["topic"] = ""
+        (raw / f"notes-{f}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    local, beam = local_and_beam("beam_notes_jsonl", tmp_path, "InProcess", usr_dirs=[usr_dir], tmp_dir=str(raw))
+    assert beam == local and len(local) == 7
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_mixture_on_the_direct_runner_with_1_or_2_workers_writes_the_local_bytes(tmp_path, workers):
     raw = write_quora(tmp_path / "raw", rows=400, blank_ids=(3, 250))
@@ -105,6 +126,23 @@ def test_a_tfds_problem_read_in_ranges_writes_the_local_bytes(tmp_path):
     with tfds.testing.mock_data(num_examples=40):
         local, beam = local_and_beam("glue_qqp", tmp_path, "InProcess", tfds_data_dir=str(tmp_path / "tfds"))
     assert beam == local and "glue_qqp-test-00000-of-00001" in beam
+
+
+def test_a_remote_data_dir_gets_the_local_bytes_and_a_rerun_sees_them_complete(tmp_path):
+    """TensorFlow's in-memory file system (ram://) stands in for GCS: the same code paths."""
+    from t2tcli.compat import tf
+
+    problem = registry.problem("qp_is_duplicate")
+    datagen.generate(problem, datagen.Options(data_dir=str(tmp_path / "local")))
+    remote = f"ram://{tmp_path.name}/data"
+    beam_datagen.generate(problem, datagen.Options(data_dir=remote), "InProcess", "", [])
+    local = tree(tmp_path / "local")
+    assert sorted(tf.io.gfile.listdir(remote)) == sorted(local)
+    for name, data in local.items():
+        with tf.io.gfile.GFile(f"{remote}/{name}", "rb") as f:
+            assert f.read() == data, name
+    again = beam_datagen.generate(problem, datagen.Options(data_dir=remote), "InProcess", "", [])
+    assert again == ["qp_is_duplicate: complete, skipped (use --overwrite to regenerate)"]
 
 
 def quora_with_bom_crlf(raw: Path) -> Path:
@@ -237,6 +275,8 @@ def test_a_runner_that_cannot_start_is_one_line(tmp_path, runner, options, fragm
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
 
 
-def test_beam_flags_need_a_runner(tmp_path):
+def test_beam_flags_and_remote_data_dirs_need_a_runner(tmp_path):
     proc = run_binary("t2t-datagen", "--problem=qp_is_duplicate", f"--data_dir={tmp_path}", "--dry_run")
     assert_one_line_error(proc, "--dry_run needs --beam_runner")
+    proc = run_binary("t2t-datagen", "--problem=qp_is_duplicate", "--data_dir=gs://my-bucket/data")
+    assert_one_line_error(proc, "a remote data_dir takes --beam_runner")
