@@ -187,16 +187,15 @@ def encode_part(job: Job, part: Part, proto: bytes) -> Iterator[Any]:
         _ENCODERS.clear()
         encoder = _ENCODERS[id(proto)] = Encoder(proto)
     input_lengths = target_lengths = np.zeros(0, dtype=np.int64)
-    for start in range(0, len(part.inputs), datagen.ENCODE_ROWS):
-        end = start + datagen.ENCODE_ROWS
-        packed_inputs, in_lengths = encoder.text_encoder.encode(part.inputs[start:end])
-        packed_targets, tg_lengths = encoder.text_encoder.encode(part.targets[start:end])
-        input_lengths = np.concatenate([input_lengths, in_lengths + 1])
-        target_lengths = np.concatenate([target_lengths, tg_lengths + 1])
+    count = job.shard_counts[(part.task, part.split)]
+    for block, packed_inputs, in_lengths, packed_targets, tg_lengths in datagen.encoded_blocks(
+        encoder.text_encoder, part.inputs, part.targets
+    ):
+        input_lengths = np.concatenate([input_lengths, in_lengths])
+        target_lengths = np.concatenate([target_lengths, tg_lengths])
         records = encoder.example_encoder.records(packed_inputs, packed_targets)
-        count = job.shard_counts[(part.task, part.split)]
-        shard_ids = shards.shard_of(part.hashes[start:end], count)
-        positions = part.positions[start:end]
+        shard_ids = shards.shard_of(part.hashes[block], count)
+        positions = part.positions[block]
         for shard in np.unique(shard_ids).tolist():
             picked = np.flatnonzero(shard_ids == shard)
             block = records.take(picked)

@@ -708,6 +708,18 @@ def _spool_chunks(path: str) -> Iterator[tuple[np.ndarray, list[str], list[str]]
                 return
 
 
+def encoded_blocks(
+    text_encoder: PackedTextEncoder, inputs: list[str], targets: list[str]
+) -> Iterator[tuple[slice, Any, np.ndarray, Any, np.ndarray]]:
+    """`ENCODE_ROWS` pairs at a time: (their slice, packed inputs, input lengths, packed
+    targets, target lengths), lengths counting the EOS the records append."""
+    for start in range(0, len(inputs), ENCODE_ROWS):
+        block = slice(start, start + ENCODE_ROWS)
+        packed_inputs, input_lengths = text_encoder.encode(inputs[block])
+        packed_targets, target_lengths = text_encoder.encode(targets[block])
+        yield block, packed_inputs, input_lengths + 1, packed_targets, target_lengths + 1
+
+
 class ShardWriter:
     """Pass 2 for one problem: rows -> encoded, bucketed, shuffled shards; then the meta file, last.
 
@@ -728,14 +740,13 @@ class ShardWriter:
         """Encodes rows into the split's buckets, `ENCODE_ROWS` at a time."""
         if split not in self.buckets:
             self.buckets[split] = shards.SplitBuckets(self.work_dir, split, self.counts[split])
-        for start in range(0, len(inputs), ENCODE_ROWS):
-            end = start + ENCODE_ROWS
-            packed_inputs, input_lengths = self.text_encoder.encode(inputs[start:end])
-            packed_targets, target_lengths = self.text_encoder.encode(targets[start:end])
-            self.lengths["inputs"].add(input_lengths + 1)
-            self.lengths["targets"].add(target_lengths + 1)
+        for block, packed_inputs, input_lengths, packed_targets, target_lengths in encoded_blocks(
+            self.text_encoder, inputs, targets
+        ):
+            self.lengths["inputs"].add(input_lengths)
+            self.lengths["targets"].add(target_lengths)
             # Records made in shard order land in their buckets as contiguous runs of bytes.
-            shard_ids = shards.shard_of(hashes[start:end], self.counts[split])
+            shard_ids = shards.shard_of(hashes[block], self.counts[split])
             order = np.argsort(shard_ids, kind="stable")
             records = self.example_encoder.records(packed_inputs.take(order), packed_targets.take(order))
             self.buckets[split].add(shard_ids[order], records)
