@@ -20,11 +20,12 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from t2tcli import fs
 from t2tcli.errors import UserError
 
 DEFAULT_CHUNK_ROWS = 20_000
@@ -93,19 +94,6 @@ def raw_dir(tmp_dir: str | None, fallback: str | os.PathLike | None = None) -> s
     return str(fallback)
 
 
-def is_remote(path: str) -> bool:
-    """gs:// and other file systems TensorFlow reads (and Beam's workers write)."""
-    return "://" in path
-
-
-def open_binary(path: str) -> BinaryIO:
-    if is_remote(path):
-        from t2tcli.compat import tf
-
-        return tf.io.gfile.GFile(path, "rb")
-    return open(path, "rb")  # noqa: SIM115 - the caller closes it
-
-
 def file_fingerprint(path: str, refuse_nul: bool = False) -> str:
     """sha256 of the file's bytes: robust against touched mtimes and copied files.
 
@@ -113,7 +101,7 @@ def file_fingerprint(path: str, refuse_nul: bool = False) -> str:
     field at one, which would silently cut the field short. A remote file (gs://...) is
     fingerprinted by its size and modification time instead of being read at start.
     """
-    if is_remote(path):
+    if fs.is_remote(path):
         from t2tcli.compat import tf
 
         stat = tf.io.gfile.stat(path)
@@ -131,10 +119,8 @@ def file_fingerprint(path: str, refuse_nul: bool = False) -> str:
 
 
 def _check_file(path: str) -> None:
-    if is_remote(path):
-        from t2tcli.compat import tf
-
-        if not tf.io.gfile.exists(path):
+    if fs.is_remote(path):
+        if not fs.exists(path):
             raise UserError(f"{path}: no such file")
         return
     if not os.path.exists(path):
@@ -147,7 +133,7 @@ def _check_file(path: str) -> None:
 
 def _first_undecodable_line(path: str) -> str:
     """'line N' of the first line that is not UTF-8, for a decode error message."""
-    with open_binary(path) as f:
+    with fs.open_file(path) as f:
         for number, raw in enumerate(f, start=1):
             try:
                 raw.decode("utf-8")
@@ -160,7 +146,7 @@ def expand(pattern: str) -> list[str]:
     """The files a path names: itself, or the sorted matches of a glob (`data/part-*.csv`)."""
     if not any(c in pattern for c in "*?["):
         return [pattern]
-    if is_remote(pattern):
+    if fs.is_remote(pattern):
         from t2tcli.compat import tf
 
         files = sorted(tf.io.gfile.glob(pattern))
@@ -238,8 +224,8 @@ class CsvSource(_FileSource):
 
     def _reader(self, path: str, chunk_rows: int, nrows: int | None = None) -> Any:
         source: Any = path
-        if is_remote(path):
-            with open_binary(path) as f:
+        if fs.is_remote(path):
+            with fs.open_file(path) as f:
                 data = f.read()
             if b"\0" in data:
                 line = data.count(b"\n", 0, data.index(b"\0")) + 1
@@ -345,7 +331,7 @@ class JsonlSource(_FileSource):
         records: list[list[str]] = []
         lines: list[int] = []
         seen = 0
-        with open_binary(path) as f:
+        with fs.open_file(path) as f:
             for number, raw in enumerate(f, start=1):
                 if not raw.strip():
                     continue
