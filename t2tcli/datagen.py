@@ -230,6 +230,8 @@ def generate(problem: Problem, options: Options) -> list[str]:
         )
     os.makedirs(options.data_dir, exist_ok=True)
     work = plan(problem, options)
+    for task in work.pending + work.complete:  # what a killed run left, complete components' too
+        shutil.rmtree(_work_dir(task, options), ignore_errors=True)
     summaries = work.skipped_summaries()
     if not work.pending:
         return summaries

@@ -100,6 +100,16 @@ def test_rerun_skips_complete_problem(toy_dir):
     assert tree(toy_dir) == before
 
 
+def test_rerun_clears_what_a_killed_run_left_of_a_complete_component(toy_dir):
+    """A run killed while writing a later component leaves the earlier one's spool behind."""
+    stale = toy_dir / ".copy_sequence.work"
+    stale.mkdir()
+    (stale / "train.spool").write_bytes(b"left by a killed run")
+    before = tree(toy_dir)
+    assert run("copy_sequence", toy_dir) == ["copy_sequence: complete, skipped (use --overwrite to regenerate)"]
+    assert not stale.exists() and tree(toy_dir) == before
+
+
 def test_same_input_gives_byte_identical_output(tmp_path):
     raw = write_quora(tmp_path / "raw")
     run("qp_is_duplicate", tmp_path / "a", raw)
