@@ -80,6 +80,7 @@ class TrainSettings:
     log_every_steps: int = 100
     init_checkpoint: str | None = None
     progress: bool = False  # a progress bar on stderr besides the log lines
+    random_seed: int | None = None  # the graph's seed: the same initial weights every run
 
 
 def variable_dtype(hp: HParams, use_tpu: bool = False) -> mtf.VariableDType:
@@ -728,6 +729,7 @@ def build_estimator(
             save_checkpoints_secs=None,
             log_step_count_steps=None,
             save_summary_steps=train.log_every_steps,
+            tf_random_seed=train.random_seed,
             tpu_config=tpu_config_lib.TPUConfig(
                 num_shards=spec.size,
                 iterations_per_loop=tpu.iterations_per_loop,
@@ -751,6 +753,7 @@ def build_estimator(
         save_summary_steps=train.log_every_steps,
         keep_checkpoint_max=train.keep_checkpoint_max,
         session_config=session_config(hparams),
+        tf_random_seed=train.random_seed,
     )
     return tf.estimator.Estimator(
         model_fn=make_model_fn(hparams, vocab_size, model_dir, train),

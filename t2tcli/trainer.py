@@ -255,6 +255,7 @@ def run(cfg: TrainConfig) -> int:
                 log_every_steps=cfg.log_every_steps,
                 init_checkpoint=init or None,
                 progress=cfg.progress,
+                random_seed=cfg.random_seed,
             ),
             tpu=model.TPUSettings(
                 tpu=cfg.tpu,

@@ -122,6 +122,18 @@ def test_float32_activations_train(data, tmp_path):
     assert losses[30] < losses[10]
 
 
+def test_a_random_seed_repeats_the_run(data, tmp_path):
+    """--random_seed fixes the initial weights as well as the data order."""
+    args = ("--hparams=activation_dtype=float32", "--random_seed=7")
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run in runs:
+        train(data, str(run), *args, steps=10)
+    a, b = (tf.train.load_checkpoint(str(run)) for run in runs)
+    names = sorted(a.get_variable_to_shape_map())
+    assert names == sorted(b.get_variable_to_shape_map())
+    assert [n for n in names if not np.array_equal(a.get_tensor(n), b.get_tensor(n))] == []
+
+
 def test_killed_run_resumes_from_its_last_checkpoint(data, tmp_path):
     data_dir, usr_dir = data
     model_dir = str(tmp_path / "killed")

@@ -5,6 +5,8 @@ kept under the session's base temp dir, so every module that asks for it after t
 first gets it without training again. It trains in float32 on every machine: auto
 would pick bfloat16 where the CPU runs it natively, and a bfloat16-trained toy is a
 less sure model, whose unfinished lines make engines' beam searches legitimately differ.
+A fixed seed makes it the same model in every session on a machine (unseeded, one
+session in nine here failed a fast-against-mesh decode comparison).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def train_toy_model(base: Path) -> dict[str, str]:
             "--problem=copy_sequence",
             "--hparams_set=mtf_transformer_tiny",
             "--hparams=activation_dtype=float32",
+            "--random_seed=1",
             f"--data_dir={data_dir}",
             f"--model_dir={model_dir}",
             f"--train_steps={TRAIN_STEPS}",
