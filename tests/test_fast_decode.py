@@ -106,3 +106,34 @@ def test_padding_length_does_not_change_decodes_or_scores(toy):
         long_ids, long_scores = _predict(long, "fast", **decode)
         np.testing.assert_array_equal(short_ids, long_ids)
         np.testing.assert_allclose(short_scores, long_scores, rtol=1e-5, atol=1e-5)
+
+
+def test_top_log_probs_by_blocks_are_the_log_softmax_top_k():
+    """Beam search reduces each step's logits block by block (fast_decode.logits_blocks):
+    the k best tokens and their log-probabilities are those of the whole row."""
+    import types
+
+    rng = np.random.default_rng(0)
+    rows, d_model, vocab, k = 256, 16, 1000, 8
+    x = rng.normal(size=[rows, d_model]).astype(np.float32)
+    kernel = rng.normal(size=[d_model, vocab]).astype(np.float32)
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        w = types.SimpleNamespace(
+            decoder_final_norm=tf.ones([d_model]),
+            logits_scale=1.0,
+            logits_kernel=tf.constant(kernel),
+            cast=lambda t: t,
+        )
+        blocks = fast_decode.logits_blocks(w, rows)
+        assert len(blocks) == 1, "a row count whose logits fit one block"
+        fast_decode.LOGITS_BLOCK_BYTES, saved = 64 << 10, fast_decode.LOGITS_BLOCK_BYTES
+        try:
+            blocks = fast_decode.logits_blocks(w, rows)
+        finally:
+            fast_decode.LOGITS_BLOCK_BYTES = saved
+        assert len(blocks) == 16 and blocks[-1][0] < vocab
+        logp, ids = session.run(fast_decode.top_log_probs(w, tf.constant(x), k, blocks))
+        logits = session.run(tf.nn.log_softmax(fast_decode._logits(w, tf.constant(x))))
+    expected = np.argsort(-logits, axis=1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(ids, expected)
+    np.testing.assert_allclose(logp, np.take_along_axis(logits, expected, axis=1), rtol=1e-5, atol=1e-5)
