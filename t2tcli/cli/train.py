@@ -33,7 +33,7 @@ flags.DEFINE_string("tpu_topology", "", "TPU topology (2x2, v3-32...); the mesh 
 flags.DEFINE_integer("iterations_per_loop", 100, "TPU steps per host round trip.")
 flags.DEFINE_string("tpu_zone", "", "GCE zone of the TPU (if the resolver cannot infer it).")
 flags.DEFINE_string("gcp_project", "", "GCP project of the TPU (if the resolver cannot infer it).")
-flags.DEFINE_integer("random_seed", None, "Seed for data shuffling and the initial weights (a rerun on the same machine repeats the run).")
+flags.DEFINE_integer("random_seed", None, "Seeds data order and initial weights: a rerun on one machine repeats it.")
 
 _RECORDED = (
     "problem",
