@@ -9,9 +9,9 @@ A t2t-decode line is `question1<TAB>question2` (paraphrase: `question1`).
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from t2tcli import fs
 from t2tcli.problem import Mixture, Text2TextProblem, VocabSpec
 from t2tcli.registry import REPO_ROOT, register_mixture, register_problem
 from t2tcli.sources import CsvSource, raw_dir
@@ -44,7 +44,7 @@ def sources(tmp_dir: str | None) -> dict[str, CsvSource]:
     """train.csv, and the unlabeled test.csv when the directory has one."""
     out = {"train": train_csv(tmp_dir)}
     test = f"{raw_dir(tmp_dir, SHIPPED)}/test.csv"
-    if os.path.exists(test):
+    if fs.exists(test):  # tmp_dir may be gs://
         out["test"] = CsvSource(test, columns=("test_id", "question1", "question2"))
     return out
 

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from t2tcli import datagen, fs, shards
+from t2tcli import datagen, fs, registry, shards
 from t2tcli.errors import UserError
 from t2tcli.packed_encoder import PackedTextEncoder, Spans
 from t2tcli.problem import Problem, Text2TextProblem, shard_path
@@ -62,7 +62,7 @@ class Job:
     """What workers need to rebuild the problem and its options: names, not objects."""
 
     problem: str
-    usr_dirs: tuple[str, ...]
+    code: tuple[registry.CodeBundle, ...]  # the built-in problems and --usr_dir code, sources included
     options: datagen.Options
     staging: str
     shard_counts: dict[tuple[str, str], int]
@@ -73,13 +73,9 @@ _PROBLEMS: dict[tuple[str, tuple[str, ...]], Problem] = {}
 
 def problem_of(job: Job) -> Problem:
     """The job's problem in this worker process, built once from the registry."""
-    key = (job.problem, job.usr_dirs)
+    key = (job.problem, tuple(path for path, _ in job.code))
     if key not in _PROBLEMS:
-        from t2tcli import registry
-
-        registry.load_builtins()
-        for usr_dir in job.usr_dirs:
-            registry.import_usr_dir(usr_dir)
+        registry.import_code_bundles(job.code, tempfile.gettempdir())
         _PROBLEMS[key] = registry.problem(job.problem)
     return _PROBLEMS[key]
 
@@ -386,7 +382,7 @@ def generate(
     staging = os.path.join(options.data_dir, f".beam-{uuid.uuid4().hex[:12]}")
     job = Job(
         problem.name,
-        tuple(os.path.abspath(d) for d in usr_dirs),
+        registry.code_bundles(usr_dirs),
         options,
         staging,
         {
@@ -410,6 +406,8 @@ def generate(
     fs.makedirs(options.data_dir)
     for task in work.pending:
         datagen.remove_outputs(task, options.data_dir)
+    for stale in fs.glob_in(options.data_dir, ".beam-*"):  # what a killed launcher left
+        fs.rmtree(stale)
     fs.makedirs(staging)
     start = time.monotonic()
     try:

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import numpy as np
 from absl import logging
 
 from t2tcli.compat import tf
@@ -87,6 +88,28 @@ def readable(checkpoint_path: str) -> Iterator[None]:
         ) from None
 
 
+def check_complete(checkpoint_path: str) -> None:
+    """A one-line error when a checkpoint's data files are shorter than its variables need.
+
+    The index lists every variable's shape and dtype, so the bytes the data files must
+    hold are known without reading them: a file cut short (a full disk, a copy
+    interrupted) is caught before anything is written, not halfway through a restore.
+    """
+    with readable(checkpoint_path):
+        reader = tf.train.load_checkpoint(checkpoint_path)
+        shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+    needed = 0
+    for name, shape in shapes.items():
+        if dtypes[name] != tf.string:
+            needed += int(np.prod(shape, dtype=np.int64)) * dtypes[name].size
+    held = sum(tf.io.gfile.stat(path).length for path in tf.io.gfile.glob(checkpoint_path + ".data-*"))
+    if held < needed:
+        raise UserError(
+            f"checkpoint {checkpoint_path} is truncated: its data files hold {held} bytes of the {needed} "
+            "its variables need; use another one"
+        )
+
+
 def fingerprint(checkpoint_path: str) -> str:
     """A short hash of a checkpoint's index bytes and data file sizes: what a cache of
     something derived from it is keyed by (a data file cut short changes it; reading
@@ -147,19 +170,23 @@ def average(model_dir: str, num_last: int, output_dir: str) -> tuple[str, list[i
         logging.warning("only %d checkpoints in %s; averaging all of them", len(ckpts), model_dir)
     chosen = ckpts[-num_last:]
     newest_step, newest_path = chosen[-1]
-    newest = tf.train.load_checkpoint(newest_path)
-    shapes = newest.get_variable_to_shape_map()
-    dtypes = newest.get_variable_to_dtype_map()
-    values = {name: newest.get_tensor(name) for name in shapes}
+    for _, path in chosen:  # every input checked before any is read or anything written
+        check_complete(path)
+    with readable(newest_path):
+        newest = tf.train.load_checkpoint(newest_path)
+        shapes = newest.get_variable_to_shape_map()
+        dtypes = newest.get_variable_to_dtype_map()
+        values = {name: newest.get_tensor(name) for name in shapes}
     floats = [n for n in shapes if dtypes[n].is_floating]
     for n in floats:
         values[n] = values[n].astype("float64")
     for _, path in chosen[:-1]:
-        reader = tf.train.load_checkpoint(path)
-        for n in floats:
-            if not reader.has_tensor(n) or tuple(reader.get_variable_to_shape_map()[n]) != tuple(shapes[n]):
-                raise UserError(f"checkpoint {path} does not match {newest_path} at variable '{n}'")
-            values[n] = values[n] + reader.get_tensor(n)
+        with readable(path):
+            reader = tf.train.load_checkpoint(path)
+            for n in floats:
+                if not reader.has_tensor(n) or tuple(reader.get_variable_to_shape_map()[n]) != tuple(shapes[n]):
+                    raise UserError(f"checkpoint {path} does not match {newest_path} at variable '{n}'")
+                values[n] = values[n] + reader.get_tensor(n)
     for n in floats:
         values[n] = (values[n] / len(chosen)).astype(dtypes[n].as_numpy_dtype)
 

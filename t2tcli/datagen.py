@@ -67,6 +67,7 @@ class Options:
     chunk_rows: int = 20_000
     progress: bool | None = None  # None: a bar only when stderr is a terminal
     vocab_from: str | None = None  # a SentencePiece model or HF model directory to use as the vocabulary
+    vocab_extra_ids: int | None = None  # T5 sentinels to append to it (None: the problem's extra_ids)
 
 
 @dataclasses.dataclass
@@ -200,11 +201,11 @@ def plan(problem: Problem, options: Options, look: bool = True) -> Plan:
     if not look:
         tasks = [task for task, _ in problem.components()]
         fingerprints = {task.name: "" for task in tasks}
-        source = vocabulary_source(problem, options.vocab_from)
+        source = vocabulary_source(problem, options.vocab_from, options.vocab_extra_ids)
         return Plan(problem, problem.vocab_file(options.data_dir), source, True, fingerprints, tasks, [])
     tasks = [task for task, _ in problem.components()]
     vocab_file = problem.vocab_file(options.data_dir)
-    source_vocab = vocabulary_source(problem, options.vocab_from)
+    source_vocab = vocabulary_source(problem, options.vocab_from, options.vocab_extra_ids)
     need_vocab = (
         options.overwrite
         or not fs.exists(vocab_file)
@@ -610,15 +611,19 @@ def check_skipped(task: Text2TextProblem, source: Source, report: SourceReport) 
     logging.warning("%s: %s", task.name, message)
 
 
-def vocabulary_source(problem: Problem, override: str | None = None) -> bytes | None:
+def vocabulary_source(problem: Problem, override: str | None = None, extra_ids: int | None = None) -> bytes | None:
     """The SentencePiece model the problem's vocabulary is copied from, as it will be
     written (sentinels included); None when it is trained on the data.
 
     `override` (t2t-datagen --vocab_from) replaces the problem's own source: a
     SentencePiece model file, or a Hugging Face model directory (its spiece.model and
     sentinels), so a problem can be generated for a pretrained model without editing it.
+    `extra_ids` (--vocab_extra_ids) is how many T5 sentinels a model file gets: T5's
+    released sentencepiece.model has none, its checkpoints' 32,128 rows need 100.
     """
     spec = problem.vocab
+    if extra_ids is not None:
+        spec = dataclasses.replace(spec, extra_ids=extra_ids)
     path = override or spec.source
     if path is None:
         return None
@@ -650,7 +655,8 @@ def vocabulary_source(problem: Problem, override: str | None = None) -> bytes | 
 
 def vocab_description(problem: Problem, options: Options) -> str:
     """What the vocabulary is made from, recorded in meta.json: a change remakes it."""
-    return repr(problem.vocab) + (f" from {options.vocab_from}" if options.vocab_from else "")
+    extra = f" with {options.vocab_extra_ids} extra ids" if options.vocab_extra_ids is not None else ""
+    return repr(problem.vocab) + (f" from {options.vocab_from}" if options.vocab_from else "") + extra
 
 
 def _vocab_described_otherwise(tasks: list[Text2TextProblem], options: Options) -> bool:

@@ -142,12 +142,15 @@ def open_model(path: str) -> HfModel:
 
 
 def _safetensors(path: str) -> dict[str, np.ndarray]:
+    from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
     try:
         return {k: v.astype(np.float32, copy=False) for k, v in load_file(path).items()}
     except TypeError:  # numpy has no bfloat16: such files (FLAN-T5 XL and up) are read below
         return _bfloat16_safetensors(path)
+    except (SafetensorError, OSError) as exc:
+        raise UserError(f"{path}: unreadable safetensors file ({exc}); download it again") from None
 
 
 def _bfloat16_safetensors(path: str) -> dict[str, np.ndarray]:
@@ -159,19 +162,22 @@ def _bfloat16_safetensors(path: str) -> dict[str, np.ndarray]:
     import ml_dtypes
 
     kinds = {"BF16": ml_dtypes.bfloat16, "F16": np.float16, "F32": np.float32, "F64": np.float64}
-    with open(path, "rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(size))
-        data = f.read()
     out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        if info["dtype"] not in kinds:
-            raise UserError(f"{path}: tensor {name} has dtype {info['dtype']}, expected a float type")
-        start, end = info["data_offsets"]
-        array = np.frombuffer(data[start:end], dtype=kinds[info["dtype"]]).reshape(info["shape"])
-        out[name] = array.astype(np.float32)
+    try:
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(size))
+            data = f.read()
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            if info["dtype"] not in kinds:
+                raise UserError(f"{path}: tensor {name} has dtype {info['dtype']}, expected a float type")
+            start, end = info["data_offsets"]
+            array = np.frombuffer(data[start:end], dtype=kinds[info["dtype"]]).reshape(info["shape"])
+            out[name] = array.astype(np.float32)
+    except (struct.error, ValueError, KeyError, TypeError) as exc:  # a file cut short or not safetensors
+        raise UserError(f"{path}: unreadable safetensors file ({exc}); download it again") from None
     return out
 
 

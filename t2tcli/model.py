@@ -47,7 +47,7 @@ from typing import Any
 
 from absl import logging
 
-from t2tcli import fast_decode, gin_bindings, inputs, numerics, optimization, weight_names
+from t2tcli import checkpoints, fast_decode, gin_bindings, inputs, numerics, optimization, weight_names
 from t2tcli import mesh as meshlib
 from t2tcli.compat import tf
 from t2tcli.decoding import DECODE_KEYS, TF_ENGINES
@@ -239,6 +239,7 @@ def check_init_checkpoint(init_checkpoint: str, hp: HParams, vocab_size: int) ->
     otherwise; run before anything is written. Silently training a half-initialised
     model wastes days."""
     have = _checkpoint_shapes(init_checkpoint)
+    checkpoints.check_complete(init_checkpoint)
     source = _source_names(hp, vocab_size)
     problems = []
     for name, shape in weight_names.mesh_shapes(weight_names.Architecture.from_hparams(hp, vocab_size)).items():

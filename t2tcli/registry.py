@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import re
+import shutil
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -146,6 +148,52 @@ def load_builtins() -> None:
     for path in BUILTIN_DIRS:
         if path.is_dir():
             import_usr_dir(str(path))
+
+
+# A file or directory of user code as a process elsewhere needs it to import it:
+# (its absolute path, ((path relative to it, bytes), ...)); a file's one path is "".
+CodeBundle = tuple[str, tuple[tuple[str, bytes], ...]]
+
+
+def code_bundles(usr_dirs: list[str]) -> tuple[CodeBundle, ...]:
+    """The built-in directories and `usr_dirs` with their Python sources.
+
+    A Beam worker runs the problem's own code, but on a cluster only t2tcli is
+    installed: the sources travel with the job, so neither the built-in problems nor
+    --usr_dir code has to be packaged or copied to the workers by hand.
+    """
+    out: list[CodeBundle] = []
+    for d in [*BUILTIN_DIRS, *(Path(u).expanduser().resolve() for u in usr_dirs)]:
+        if d.is_file():
+            out.append((str(d), (("", d.read_bytes()),)))
+        elif d.is_dir():
+            hidden = (".", "__pycache__")
+            files = sorted(f for f in d.rglob("*.py") if not any(p.startswith(hidden) for p in f.relative_to(d).parts))
+            out.append((str(d), tuple((str(f.relative_to(d)), f.read_bytes()) for f in files)))
+    return tuple(out)
+
+
+def import_code_bundles(bundles: tuple[CodeBundle, ...], scratch: str) -> None:
+    """Imports each bundle from its original path where this machine has it (the
+    launcher's own machine, a shared file system), else from a copy written under `scratch`."""
+    for path, files in bundles:
+        if Path(path).exists():
+            import_usr_dir(path)
+            continue
+        digest = hashlib.sha1(repr((path, files)).encode()).hexdigest()[:12]
+        home = Path(scratch) / f"t2t_code_{digest}"
+        if not home.exists():
+            # Written aside and renamed: worker threads of one machine may race here.
+            staging = Path(tempfile.mkdtemp(prefix=".t2t_code_", dir=scratch))
+            for rel, data in files:
+                target = staging / Path(path).name / rel if rel else staging / Path(path).name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+            try:
+                staging.rename(home)
+            except OSError:  # another thread got there first
+                shutil.rmtree(staging, ignore_errors=True)
+        import_usr_dir(str(home / Path(path).name))
 
 
 def import_usr_dir(usr_dir: str) -> None:

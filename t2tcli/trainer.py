@@ -27,6 +27,8 @@ from t2tcli.hparams import HParams
 from t2tcli.vocab import Vocabulary
 
 SCHEDULES = ("train", "train_and_evaluate")
+# hparams a resumed run may change.
+_PER_RUN_HPARAMS = ("activation_dtype",)
 
 
 @dataclasses.dataclass
@@ -89,13 +91,15 @@ def _resumed_hparams(cfg: TrainConfig, info: run_info.RunInfo, recorded: HParams
         )
     cfg.hparams_set = info.hparams_set
     wanted = _apply_flags(cfg, recorded.copy())
-    changed = sorted(k for k in wanted if wanted.get(k) != recorded.get(k))
+    # The activation dtype is how this machine computes, not what the weights are
+    # (variables stay float32): a model_dir recorded as bfloat16 may resume as auto.
+    changed = sorted(k for k in wanted if wanted.get(k) != recorded.get(k) and k not in _PER_RUN_HPARAMS)
     if changed:
         raise UserError(
             f"--model_dir={cfg.model_dir} was trained with different hparams ({', '.join(changed)}); "
             "use a new --model_dir to train with these"
         )
-    return recorded
+    return wanted
 
 
 def vocabulary(data_dir: str, problem_name: str) -> tuple[str, int]:
@@ -176,7 +180,9 @@ def latest_step(model_dir: str) -> int:
     path = tf.train.latest_checkpoint(model_dir)
     if not path:
         return 0
-    return int(tf.train.load_checkpoint(path).get_tensor("global_step"))
+    checkpoints.check_complete(path)
+    with checkpoints.readable(path):
+        return int(tf.train.load_checkpoint(path).get_tensor("global_step"))
 
 
 def run(cfg: TrainConfig) -> int:
@@ -210,12 +216,17 @@ def run(cfg: TrainConfig) -> int:
     if cfg.tpu and cfg.tpu_topology:
         meshlib.check_tpu(spec, cfg.tpu_topology)
     model.validate(hp, vocab_size, use_tpu=bool(cfg.tpu))
-    if pretrained is not None:
+    step = latest_step(cfg.model_dir)
+    pretrained_values = None
+    if pretrained is not None and not step:
+        # Read (and so checked tensor by tensor) before model_dir is written: a missing or
+        # misshapen tensor, or a damaged weights file, leaves no half-made model_dir.
+        pretrained_values = hf_t5.mesh_values(pretrained, hp, vocab_size)
+    elif pretrained is not None:
         hf_t5.check_fits(pretrained, hp, vocab_size)
     elif cfg.init_checkpoint:
         model.check_init_checkpoint(_checkpoint_prefix(cfg.init_checkpoint), hp, vocab_size)
 
-    step = latest_step(cfg.model_dir)
     if step >= cfg.train_steps and (step or tf.train.latest_checkpoint(cfg.model_dir)):
         logging.info(
             "%s is already trained to step %d (--train_steps=%d): nothing to do", cfg.model_dir, step, cfg.train_steps
@@ -238,10 +249,13 @@ def run(cfg: TrainConfig) -> int:
     converted = None
     try:
         init = cfg.init_checkpoint
-        if pretrained is not None:
+        if pretrained_values is not None:
             converted = tempfile.mkdtemp(prefix=".pretrained.", dir=cfg.model_dir)
             init = os.path.join(converted, "model.ckpt")
-            checkpoints.write_checkpoint(hf_t5.mesh_values(pretrained, hp, vocab_size), init)
+            checkpoints.write_checkpoint(pretrained_values, init)
+            del pretrained_values
+        elif pretrained is not None:
+            init = ""  # resuming: the model_dir's checkpoint holds the weights
         elif init:
             init = _checkpoint_prefix(init)
         estimator = model.build_estimator(

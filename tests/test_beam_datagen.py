@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -280,3 +281,58 @@ def test_beam_flags_and_remote_data_dirs_need_a_runner(tmp_path):
     assert_one_line_error(proc, "--dry_run needs --beam_runner")
     proc = run_binary("t2t-datagen", "--problem=qp_is_duplicate", "--data_dir=gs://my-bucket/data")
     assert_one_line_error(proc, "a remote data_dir takes --beam_runner")
+
+
+def test_a_remote_tmp_dir_is_read_whole_test_split_included(tmp_path):
+    """Raw files on ram:// (GCS's code path): the unlabeled test.csv beside train.csv counts."""
+    from t2tcli.compat import tf
+
+    raw = write_quora(tmp_path / "raw")
+    remote_raw = f"ram://{tmp_path.name}/raw"
+    tf.io.gfile.makedirs(remote_raw)
+    for name in ("train.csv", "test.csv"):
+        tf.io.gfile.copy(str(raw / name), f"{remote_raw}/{name}")
+    problem = registry.problem("qp_is_duplicate")
+    datagen.generate(problem, datagen.Options(data_dir=str(tmp_path / "local"), tmp_dir=str(raw)))
+    beam_datagen.generate(
+        problem, datagen.Options(data_dir=str(tmp_path / "beam"), tmp_dir=remote_raw), "InProcess", "", []
+    )
+    beam, local = tree(tmp_path / "beam"), tree(tmp_path / "local")
+    assert "qp_is_duplicate-test-00000-of-00001" in beam
+    # The same bytes, but for the fingerprint of where the raw files were read from.
+    meta = "qp_is_duplicate.meta.json"
+    beam_meta, local_meta = json.loads(beam.pop(meta)), json.loads(local.pop(meta))
+    assert beam_meta.pop("source_fingerprint") != local_meta.pop("source_fingerprint")
+    assert beam == local and beam_meta == local_meta
+
+
+def test_a_job_carries_its_problem_code_to_a_worker_that_lacks_it(usr_dir, tmp_path):
+    """On a cluster only t2tcli is installed: the built-in problems and --usr_dir code travel
+    inside the job. A fresh process without either imports them from the job alone."""
+    import pickle
+
+    copied = tmp_path / "usr"
+    copied.mkdir()
+    (copied / "beam_notes.py").write_text(Path(usr_dir, "beam_notes.py").read_text())
+    bundles = registry.code_bundles([str(copied)])
+    (copied / "beam_notes.py").unlink()
+    copied.rmdir()
+    # As the worker sees it: no directory of the launcher's exists there.
+    gone = tuple((f"/nonexistent{path}", files) for path, files in bundles)
+    (tmp_path / "job.pkl").write_bytes(pickle.dumps(gone))
+    script = (
+        "import pickle, sys\n"
+        "from t2tcli import registry\n"
+        "registry.BUILTIN_DIRS = ()\n"
+        "registry.import_code_bundles(pickle.load(open(sys.argv[1], 'rb')), sys.argv[2])\n"
+        "print(registry.problem('beam_notes').name, registry.problem('qp_all').name,"
+        " registry.hparams('mtf_transformer_tiny').d_model)\n"
+    )
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "job.pkl"), str(scratch)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["beam_notes", "qp_all", "64"]
+    assert not list(scratch.glob(".t2t_code_*")), "staging copies are renamed into place"

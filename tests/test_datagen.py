@@ -370,6 +370,14 @@ def test_vocab_from_replaces_the_problems_vocabulary_and_regenerates(toy_dir, tm
     assert run("copy_sequence", out, vocab_from=str(other))[0].endswith(
         "complete, skipped (use --overwrite to regenerate)"
     )
+    # A released T5 sentencepiece.model has no sentinels; --vocab_extra_ids appends them.
+    plain = tmp_path / "plain.model"
+    plain.write_bytes((toy_dir / "vocab.toy.model").read_bytes())
+    base = Vocabulary(str(plain)).vocab_size
+    assert "rows ->" in run("copy_sequence", out, vocab_from=str(plain))[0]
+    assert "rows ->" in run("copy_sequence", out, vocab_from=str(plain), vocab_extra_ids=100)[0]
+    assert Vocabulary(str(out / "vocab.toy.model")).vocab_size == base + 100
+    assert read_meta(str(out), "copy_sequence")["vocab_size"] == base + 100
     with pytest.raises(UserError, match="a directory without config.json"):
         run("copy_sequence", out, vocab_from=str(tmp_path))
     (tmp_path / "junk.model").write_bytes(b"not a model")

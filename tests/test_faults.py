@@ -167,7 +167,7 @@ def _damage_checkpoint(model_dir: Path) -> None:
 
 
 def test_a_damaged_checkpoint_is_one_line_in_every_binary_and_leaves_no_output(model_copy, tmp_path):
-    model_dir, _ = model_copy
+    model_dir, data_dir = model_copy
     _damage_checkpoint(model_dir)
     lines = tmp_path / "in.txt"
     lines.write_text("a b c\n")
@@ -184,6 +184,17 @@ def test_a_damaged_checkpoint_is_one_line_in_every_binary_and_leaves_no_output(m
     proc = run_binary("t2t-export", f"--model_dir={model_dir}", f"--export_dir={export_dir}")
     assert_fails_in_one_line(proc, "cannot be read")
     assert not export_dir.exists() or os.listdir(export_dir) == []
+    averaged = tmp_path / "averaged"
+    proc = run_binary("t2t-avg-checkpoints", f"--model_dir={model_dir}", "--num_last=2", f"--output_dir={averaged}")
+    assert_fails_in_one_line(proc, "is truncated")
+    assert not averaged.exists()
+    # Resuming from it, or fine-tuning from it, is refused before anything is written.
+    before = snapshot(model_dir)
+    assert_fails_in_one_line(_train(model_dir, data_dir, 10_000), "is truncated")
+    assert snapshot(model_dir) == before
+    fine_tuned = tmp_path / "fine_tuned"
+    assert_fails_in_one_line(_train(fine_tuned, data_dir, 5, f"--init_checkpoint={model_dir}"), "is truncated")
+    assert not fine_tuned.exists()
 
 
 def test_evaluating_a_split_that_cannot_be_scored(model_copy, tmp_path):

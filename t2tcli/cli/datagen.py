@@ -23,6 +23,12 @@ flags.DEFINE_string(
     "Use this vocabulary instead of the problem's: a SentencePiece .model file, or a Hugging Face T5 "
     "directory (its spiece.model and <extra_id_N> sentinels), to fine-tune that pretrained model.",
 )
+flags.DEFINE_integer(
+    "vocab_extra_ids",
+    None,
+    "With --vocab_from=FILE.model: append this many T5 sentinels <extra_id_N> (100 for T5's released "
+    "sentencepiece.model, to fit its checkpoints' 32,128 rows). Default: the problem's extra_ids.",
+)
 flags.DEFINE_string(
     "beam_runner",
     None,
@@ -46,6 +52,8 @@ def main() -> None:
         raise UserError(f"--num_shards={FLAGS.num_shards}: must be at least 1")
     if FLAGS.chunk_rows < 1:
         raise UserError(f"--chunk_rows={FLAGS.chunk_rows}: must be at least 1")
+    if FLAGS.vocab_extra_ids is not None and (FLAGS.vocab_extra_ids < 0 or not FLAGS.vocab_from):
+        raise UserError("--vocab_extra_ids takes a count of 0 or more, with --vocab_from")
     paths.check_output_dir(FLAGS.data_dir, "data_dir")
     problem = registry.problem(FLAGS.problem)
     from t2tcli import datagen
@@ -59,6 +67,7 @@ def main() -> None:
         chunk_rows=FLAGS.chunk_rows,
         progress=show_progress(),
         vocab_from=FLAGS.vocab_from,
+        vocab_extra_ids=FLAGS.vocab_extra_ids,
     )
     if FLAGS.beam_runner:
         from t2tcli import beam_datagen
