@@ -208,3 +208,23 @@ def test_loss_falls_on_the_shipped_translation_data(tmp_path):
     assert losses[100] < 0.8 * losses[10], losses
     dev = [float(x) for x in re.findall(r"dev loss ([\d.]+)  perplexity", proc.stderr)]
     assert len(dev) == 2 and dev[1] < dev[0]
+
+
+def test_a_resume_may_change_the_activation_dtype_and_nothing_else():
+    """The dtype is how a machine computes (the variables stay float32): a model_dir
+    recorded as bfloat16 resumes as auto on a CPU without native bfloat16."""
+    from t2tcli import registry, run_info, trainer
+    from t2tcli.errors import UserError
+
+    recorded = registry.hparams("mtf_transformer_tiny")
+    recorded.activation_dtype = "bfloat16"
+    info = run_info.RunInfo(problem="copy_sequence", hparams_set="mtf_transformer_tiny", data_dir="")
+
+    def resumed(hparams: str):
+        cfg = trainer.TrainConfig("copy_sequence", "", "", "run", hparams=hparams)
+        return trainer._resumed_hparams(cfg, info, recorded.copy())
+
+    assert resumed("").activation_dtype == "bfloat16"
+    assert resumed("activation_dtype=auto").activation_dtype == "auto"
+    with pytest.raises(UserError, match=r"different hparams \(d_model\)"):
+        resumed("d_model=32,activation_dtype=auto")
