@@ -98,3 +98,18 @@ def test_batch_size_in_tokens():
 def test_missing_split_is_a_clear_error(data):
     with pytest.raises(UserError, match="no 'test' data"):
         inputs.input_fn(data, PROBLEMS[0], "test", tiny(), training=False)()
+
+
+def test_heavy_truncation_warns_with_the_length_that_fits(tmp_path, monkeypatch):
+    """Above a few percent cut, a WARNING names datagen's length percentiles and the
+    --hparams value that fits p99."""
+    from t2tcli import datagen
+
+    datagen.generate(registry.problem("copy_sequence"), datagen.Options(data_dir=str(tmp_path)))
+    warnings: list[str] = []
+    monkeypatch.setattr(inputs.logging, "warning", lambda msg, *args: warnings.append(msg % args))
+    cut = inputs.log_truncation(str(tmp_path), "copy_sequence", "dev", tiny(inputs_length=3, targets_length=3))
+    assert cut["inputs"] > 0 and any("--hparams=inputs_length=" in w and "p99" in w for w in warnings), warnings
+    warnings.clear()
+    inputs.log_truncation(str(tmp_path), "copy_sequence", "dev", tiny(inputs_length=512, targets_length=512))
+    assert warnings == []
