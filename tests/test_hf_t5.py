@@ -214,6 +214,40 @@ def test_export_to_hugging_face_scores_the_same_under_transformers(toy_model, tm
     proc = run_binary("t2t-export", f"--model_dir={model_dir}", "--export_format=hf", f"--export_dir={export_dir}")
     assert proc.returncode == 1 and "exists and is not an empty directory" in proc.stderr
 
+    # CTranslate2's own converter takes the export, and its greedy decodes are ours.
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from ctranslate2.converters import TransformersConverter
+
+    converted = tmp_path / "ct2"
+    TransformersConverter(str(export_dir)).convert(str(converted))
+    translator = ctranslate2.Translator(str(converted), device="cpu")
+    sources = [tokenizer.convert_ids_to_tokens(tokenizer(t).input_ids) for t in texts]
+    results = translator.translate_batch(sources, beam_size=1, max_decoding_length=8, return_end_token=True)
+    greedy, _ = _predict(model_dir, ids[: len(texts)], "fast")
+    for result, row in zip(results, greedy.tolist(), strict=True):
+        expected = row[: row.index(EOS_ID) + 1] if EOS_ID in row else row
+        assert tokenizer.convert_tokens_to_ids(result.hypotheses[0]) == expected, (result.hypotheses[0], row)
+
+
+@pytest.mark.parametrize("kind", ["v1_1", "mt5"])
+def test_a_pretrained_model_exported_again_is_the_same_hugging_face_model(pretrained, tmp_path, kind):
+    """Hugging Face -> model_dir -> Hugging Face gives back every tensor, for the gated,
+    untied layouts too, and transformers loads the result."""
+    from safetensors.numpy import load_file
+
+    hf_dir, model_dir = pretrained[kind]
+    export_dir = tmp_path / "again"
+    proc = run_binary("t2t-export", f"--model_dir={model_dir}", "--export_format=hf", f"--export_dir={export_dir}")
+    assert proc.returncode == 0, proc.stderr
+    before = load_file(os.path.join(hf_dir, "model.safetensors"))
+    after = load_file(str(export_dir / "model.safetensors"))
+    shared = sorted(set(before) & set(after))
+    assert set(before) - set(after) <= {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}
+    assert "lm_head.weight" in shared and "decoder.block.0.layer.2.DenseReluDense.wi_1.weight" in shared
+    for name in shared:
+        np.testing.assert_array_equal(before[name], after[name], err_msg=name)
+    transformers.AutoModelForSeq2SeqLM.from_pretrained(str(export_dir))
+
 
 def _released_t5_names(layers: int) -> list[str]:
     """T5 v1.0's released variable names, spelled out here rather than taken from t2tcli."""

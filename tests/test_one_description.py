@@ -126,11 +126,17 @@ def _quotes_generated(tmp_path: Path) -> tuple[Path, Path, Path]:
     return usr_dir, raw, data
 
 
+def _import_once(usr_dir: Path) -> None:
+    """Registers the quote problems in this process unless a test before did (from its own copy)."""
+    if "quote_category" not in registry.list_problems():
+        registry.import_usr_dir(str(usr_dir))
+
+
 @pytest.mark.slow
 def test_decode_of_raw_dev_records_equals_eval_for_a_user_problem_with_multi_line_fields(tmp_path):
     usr_dir, raw, data = _quotes_generated(tmp_path)
     model_dir = _model(tmp_path, "quote_category", data, f"--usr_dir={usr_dir}")
-    registry.import_usr_dir(str(usr_dir))
+    _import_once(usr_dir)
     assert _decode_equals_eval(tmp_path, model_dir, "quote_category", data, str(raw), f"--usr_dir={usr_dir}") > 10
 
 
@@ -165,3 +171,65 @@ def test_datagen_regenerates_when_the_problem_code_changes(tmp_path):
     assert "rows ->" in proc.stdout, proc.stdout
     meta = json.loads((tmp_path / "data" / "quote_category.meta.json").read_text())
     assert meta["vocab_description"].startswith("VocabSpec(name='quotes'")
+
+
+def _encodes_as_datagen(task_name: str, data: Path, tmp_dir: str | None) -> int:
+    """Every dev record, as a t2t-decode line, goes through the problem's preprocess to the
+    very input ids datagen wrote for it. Returns how many records were compared."""
+    from test_datagen import read_examples
+
+    from t2tcli.problem import data_files
+    from t2tcli.vocab import EOS_ID
+
+    task = registry.problem(task_name)
+    options = datagen.Options(data_dir=str(data), tmp_dir=tmp_dir)
+    fields = preprocessing.decode_fields(task)
+    lines = [preprocessing.line_of(fields, r) for r in datagen.split_records(task, options, "dev")]
+    written = [inputs for inputs, _ in read_examples(data_files(str(data), task_name, "dev"))]
+    assert len(lines) == len(written) > 0
+    vocab = Vocabulary(task.vocab_file(str(data)))
+    formatter = preprocessing.DecodeLines(task)
+    for line, inputs in zip(lines, written, strict=True):
+        assert vocab.encode(formatter(line)) + [EOS_ID] == inputs, (task_name, line)
+    return len(lines)
+
+
+def test_every_problem_formats_a_decode_line_as_datagen_formatted_its_record(tmp_path):
+    """No model needed: the ids are compared, for every built-in problem (TFDS's through
+    mock data), the shipped user problems and one with multi-line fields."""
+    import shutil
+
+    import tensorflow_datasets as tfds
+
+    from t2tcli.registry import REPO_ROOT
+
+    data = tmp_path / "data"
+    for name in ("copy_sequence", "reverse_sequence", "qp_all", "translate_en_es"):
+        datagen.generate(registry.problem(name), datagen.Options(data_dir=str(data)))
+    for task in ("copy_sequence", "reverse_sequence", "qp_is_duplicate", "generate_similar_question"):
+        assert _encodes_as_datagen(task, data, None) > 0
+    assert _encodes_as_datagen("translate_en_es", data, None) > 0
+    with tfds.testing.mock_data(num_examples=60):
+        datagen.generate(registry.problem("glue_qqp"), datagen.Options(data_dir=str(data)))
+        assert _encodes_as_datagen("glue_qqp", data, None) > 0
+    # The shipped user problems, on raw files made from the shipped translation data.
+    registry.import_usr_dir(str(REPO_ROOT / "examples" / "usr_dir"))
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    with open(REPO_ROOT / "examples" / "data" / "translate_en_es.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))[:600]
+    with open(raw / "passages.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["passage", "book"])
+        writer.writerows([r["english"], r["book"]] for r in rows)
+    (raw / "reviews.tsv").write_text(
+        "review\tlabel\n" + "".join(f"{r['english']}\t{'good' if i % 3 else 'bad'}\n" for i, r in enumerate(rows))
+    )
+    for name in ("which_book", "review_sentiment"):
+        datagen.generate(registry.problem(name), datagen.Options(data_dir=str(data), tmp_dir=str(raw)))
+        assert _encodes_as_datagen(name, data, str(raw)) > 10
+    (tmp_path / "quotes").mkdir()
+    usr_dir, quotes_raw, quotes_data = _quotes_generated(tmp_path / "quotes")
+    _import_once(usr_dir)
+    assert _encodes_as_datagen("quote_category", quotes_data, str(quotes_raw)) > 10
+    shutil.rmtree(data)
