@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import numpy as np
 import pytest
+import test_numerics
 from conftest import run_binary
 from toy_model import toy_model  # noqa: F401  (session fixture)
 
-from t2tcli import checkpoints, decoding, engines, loading
+from t2tcli import checkpoints, decoding, engines, loading, numerics
 from t2tcli.errors import UserError
 from t2tcli.vocab import EOS_ID
 
@@ -116,6 +118,18 @@ def test_auto_takes_ctranslate2_where_it_decodes_alike(toy):
     assert engine == "fast" and "beam search" in why
     assert engines.choose(model, {"engine": "auto", "beam_size": 4}, scoring=True)[0] == "ctranslate2"
     assert engines.choose(model, {"engine": "fast"})[0] == "fast"
+
+
+@pytest.mark.parametrize("flags, engine", [(test_numerics.AVX2, "ctranslate2"), (test_numerics.AMX, "fast")])
+def test_auto_keeps_the_tf_engine_where_bfloat16_is_native(toy, monkeypatch, flags, engine):
+    """With activation_dtype=auto, a CPU that runs bfloat16 natively decodes on the TF engine."""
+    model, _ = toy
+    monkeypatch.setattr(numerics, "detect", lambda use_tpu=False: test_numerics.cpu(flags))
+    auto = dataclasses.replace(model, hparams=model.hparams.copy())
+    auto.hparams.activation_dtype = "auto"
+    chosen, why = engines.choose(auto, {"engine": "auto", "beam_size": 1})
+    assert chosen == engine and (engine == "ctranslate2" or "bfloat16 runs natively" in why)
+    assert engines.choose(auto, {"engine": "ctranslate2", "beam_size": 1})[0] == "ctranslate2"
 
 
 def test_without_ctranslate2_the_engine_names_the_install(toy, monkeypatch):
