@@ -19,7 +19,7 @@ from typing import Any
 
 from absl import logging
 
-from t2tcli import checkpoints, fast_decode
+from t2tcli import checkpoints, fast_decode, fast_search
 from t2tcli.compat import tf
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
@@ -68,7 +68,7 @@ def serving_model_fn(hp: HParams, vocab_size: int, proto: bytes, decode: dict[st
         weights = fast_decode.Weights(hp, vocab_size)  # variables, read once outside the loop
 
         def one_batch(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            ids, scores, _ = fast_decode.decode(weights, batch, decode, length)
+            ids, scores, _ = fast_search.decode(weights, batch, decode, length)
             return ids, scores
 
         batches = tf.reshape(features["inputs"], [-1, batch_size, inputs_length])

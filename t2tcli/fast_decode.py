@@ -8,8 +8,9 @@ caches, and scores need a second, teacher-forced pass. This module computes the 
 function from the same variables (T5 v1.0's layer layout, as `t2tcli.gin_bindings`
 configures it): inputs cut to the batch's longest row, caches that grow by one
 position per step, one fused q/k/v projection, encoder-decoder keys and values
-computed once, scores summed while decoding, and a loop that stops when every row has
-ended.
+computed once, scores summed while decoding, and (in `t2tcli.fast_search`, the greedy,
+sampled and beam loops over this module's decoder step) a loop that stops when every
+row has ended.
 
 The model_fn uses it for PREDICT on a one-device mesh; TPUs and model-parallel meshes
 keep mesh-tensorflow's decode. `tests/test_fast_decode.py` checks that both give the
@@ -19,6 +20,7 @@ same teacher-forced scores and the same greedy and beam decodes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +28,6 @@ from typing import Any
 from t2tcli import numerics, weight_names
 from t2tcli.compat import tf
 from t2tcli.hparams import HParams
-from t2tcli.vocab import EOS_ID
 
 tf1 = tf.compat.v1
 # mesh-tf's attention bias for a hidden position, and its relative-position bucketing.
@@ -174,6 +175,24 @@ def _merge_heads(x: tf.Tensor, dims: Dims) -> tf.Tensor:
     return tf.reshape(tf.transpose(x, [0, 2, 1, 3]), [batch, length, dims.inner])
 
 
+@functools.cache
+def _bfloat16_in_float32() -> bool:
+    """Whether this process multiplies bfloat16 in float32 (t2tcli.numerics.emulated_einsum)."""
+    return numerics.emulated_einsum(numerics.detect())
+
+
+def _matmul(a: tf.Tensor, b: tf.Tensor, transpose_b: bool = False) -> tf.Tensor:
+    """tf.matmul; bfloat16 operands are multiplied in float32 and rounded once where the
+    CPU has no native bfloat16, as the training graph's einsums are. That is the same
+    arithmetic TensorFlow's CPU kernel does, and it avoids oneDNN's bfloat16 matmul,
+    which aborts the process (dnnl::error) on a bfloat16 CPU held back by
+    ONEDNN_MAX_CPU_ISA=AVX2."""
+    if a.dtype == tf.bfloat16 and _bfloat16_in_float32():
+        product = tf.matmul(tf.cast(a, tf.float32), tf.cast(b, tf.float32), transpose_b=transpose_b)
+        return tf.cast(product, tf.bfloat16)
+    return tf.matmul(a, b, transpose_b=transpose_b)
+
+
 def _attend(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
     """Softmax attention over [..., length, d_kv] tensors; logits in float32 as mesh-tf's."""
     q, k = tf.cast(q, tf.float32), tf.cast(k, tf.float32)
@@ -186,8 +205,8 @@ def _attend(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, bias: tf.Tensor) -> tf.Ten
         exp = tf.exp(logits - tf.reduce_max(logits, axis=-1, keepdims=True))
         weights = exp / tf.reduce_sum(exp, axis=-1, keepdims=True)
     else:
-        weights = tf.nn.softmax(tf.matmul(q, k, transpose_b=True) + bias)
-    return tf.matmul(tf.cast(weights, v.dtype), v)
+        weights = tf.nn.softmax(_matmul(q, k, transpose_b=True) + bias)
+    return _matmul(tf.cast(weights, v.dtype), v)
 
 
 def _ffn(w: Weights, layer: dict[str, Any], x: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
@@ -210,8 +229,8 @@ def _dense(x: tf.Tensor, kernel: tf.Tensor, transpose: bool = False) -> tf.Tenso
     bfloat16 (t2tcli.numerics).
     """
     if x.shape.rank == 2:
-        return tf.matmul(x, kernel, transpose_b=transpose)
-    flat = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel, transpose_b=transpose)
+        return _matmul(x, kernel, transpose_b=transpose)
+    flat = _matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel, transpose_b=transpose)
     return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], tf.shape(flat)[-1:]], axis=0))
 
 
@@ -318,7 +337,7 @@ def top_log_probs(w: Weights, x: tf.Tensor, k: int, blocks: list[tuple[int, tf.T
     h = _projected(w, x)
     values, ids, sums = [], [], []
     for start, kernel in blocks:
-        logits = tf.cast(tf.matmul(h, kernel), tf.float32)
+        logits = tf.cast(_matmul(h, kernel), tf.float32)
         top, at = tf.math.top_k(logits, k=k)
         values.append(top)
         ids.append(at + start)
@@ -349,7 +368,7 @@ def score(w: Weights, inputs: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(logp * tf.cast(targets > 0, tf.float32), axis=1)
 
 
-class _Caches:
+class Caches:
     """Self-attention keys and values of every decoder layer, [rows, heads, steps so far,
     d_kv], carried by the decode loop and one position longer each step. Keys are kept
     in float32, the dtype attention logits are computed in; values in `value_dtype`
@@ -387,7 +406,7 @@ class _Caches:
         return out[0], out[1]
 
 
-class _Stepper:
+class Stepper:
     """One incremental decoder step for `beams` rows per encoded input, up to `length` steps.
 
     A row's hypotheses (beams) sit next to each other and share their input's encoder
@@ -404,7 +423,7 @@ class _Stepper:
         # attention weights they are multiplied with.
         self.enc = Encoded([tf.cast(k, tf.float32) for k in enc.keys], enc.values, enc.bias)
         self.bias = position_bias(w.decoder_bias, length, length, bidirectional=False)
-        self.caches = _Caches(len(w.decoder), rows, dims.num_heads, dims.d_kv, dims.dtype)
+        self.caches = Caches(len(w.decoder), rows, dims.num_heads, dims.d_kv, dims.dtype)
         self.norm_scales = [
             {name: tf.cast(layer[name], tf.float32) for name in ("self_norm", "cross_norm", "ffn_norm")}
             for layer in w.decoder
@@ -446,160 +465,13 @@ class _Stepper:
         new_state = []
         for i, (layer, scales) in enumerate(zip(w.decoder, self.norm_scales, strict=True)):
             h = w.cast(_rms_norm(x, scales["self_norm"]))
-            qkv = tf.reshape(tf.matmul(h, layer["self"]["qkv"]), [self.rows, 3, dims.num_heads, dims.d_kv])
+            qkv = tf.reshape(_matmul(h, layer["self"]["qkv"]), [self.rows, 3, dims.num_heads, dims.d_kv])
             q, k, v = qkv[:, 0], tf.cast(qkv[:, 1], f32), qkv[:, 2]
             keys, values = self.caches.append(state, i, k, v, source)
             new_state += [keys, values]
-            x += tf.cast(tf.matmul(self._attend_self(q, keys, values, bias), layer["self"]["o"]), f32)
+            x += tf.cast(_matmul(self._attend_self(q, keys, values, bias), layer["self"]["o"]), f32)
             h = w.cast(_rms_norm(x, scales["cross_norm"]))
-            q = tf.reshape(tf.matmul(h, layer["cross"]["q"]), [self.batch, self.beams, dims.num_heads, dims.d_kv])
+            q = tf.reshape(_matmul(h, layer["cross"]["q"]), [self.batch, self.beams, dims.num_heads, dims.d_kv])
             o = self._attend_encoder(tf.transpose(q, [0, 2, 1, 3]), i)
-            x = _ffn(w, layer, x + tf.cast(tf.matmul(o, layer["cross"]["o"]), f32), scales["ffn_norm"])
+            x = _ffn(w, layer, x + tf.cast(_matmul(o, layer["cross"]["o"]), f32), scales["ffn_norm"])
         return x, new_state
-
-
-def _while(cond: Callable, body: Callable, initial: tuple, caches: _Caches) -> list[tf.Tensor]:
-    """tf.while_loop over `initial`, whose last values are the caches' loop_vars()."""
-    shapes = caches.loop_shapes()
-    fixed = [t.shape for t in initial[: len(initial) - len(shapes)]]
-    return tf.while_loop(cond, body, initial, shape_invariants=(*fixed, *shapes), parallel_iterations=1)
-
-
-def _top_k_filter(logits: tf.Tensor, top_k: int) -> tf.Tensor:
-    kth = tf.math.top_k(logits, k=top_k).values[:, -1:]
-    return tf.where(logits < kth, NEG_INF, logits)
-
-
-def sample(
-    w: Weights, inputs: tf.Tensor, length: int, temperature: float = 0.0, top_k: int = 0, scores: bool = True
-) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """Greedy (temperature 0) or sampled decode: (int32 [batch, length] ids, 0 after the
-    first EOS; float32 [batch] sum of the model's log-probabilities of those ids, zeros
-    without `scores`; int32 scalar number of steps the loop ran)."""
-    rows = int(inputs.shape[0])
-    stepper = _Stepper(w, encode(w, inputs), length)
-
-    def body(step, prev, done, total, ids, *caches):  # noqa: ANN001, ANN202
-        logits, caches = stepper(step, prev, list(caches))
-        if temperature > 0:
-            chooser = logits / temperature
-            if top_k:
-                chooser = _top_k_filter(chooser, top_k)
-            token = tf.cast(tf.random.categorical(chooser, 1)[:, 0], tf.int32)
-        else:
-            token = tf.argmax(logits, axis=-1, output_type=tf.int32)
-        token = tf.where(done, 0, token)
-        if scores:
-            # log p(token): its logit less the log-sum-exp, with no [rows, vocab] log-softmax.
-            # A padding id (which an undertrained model may emit) scores 0, as in teacher forcing.
-            logp = tf.gather(logits, token, batch_dims=1) - tf.reduce_logsumexp(logits, axis=-1)
-            total += tf.where(done | tf.equal(token, 0), 0.0, logp)
-        ids = tf.tensor_scatter_nd_update(ids, tf.stack([tf.range(rows), tf.fill([rows], step)], axis=1), token)
-        done = done | tf.equal(token, EOS_ID)
-        return (step + 1, token, done, total, ids, *caches)
-
-    def cond(step, prev, done, *_):  # noqa: ANN001, ANN202
-        return (step < length) & ~tf.reduce_all(done)
-
-    initial = (
-        tf.constant(0),
-        tf.zeros([rows], tf.int32),
-        tf.zeros([rows], tf.bool),
-        tf.zeros([rows], tf.float32),
-        tf.zeros([rows, length], tf.int32),
-        *stepper.caches.loop_vars(),
-    )
-    out = _while(cond, body, initial, stepper.caches)
-    return out[4], out[3], out[0]
-
-
-def _length_penalty(length: tf.Tensor, alpha: float) -> tf.Tensor:
-    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
-
-
-def beam_search(
-    w: Weights, inputs: tf.Tensor, length: int, beam_size: int, alpha: float
-) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """Beam search: (int32 [batch, length] ids of each row's best finished hypothesis, by
-    log-probability / ((5 + length) / 6) ** alpha; float32 [batch] its score as teacher
-    forcing computes it; int32 scalar number of steps the loop ran).
-
-    A row with no hypothesis ending in EOS within `length` steps gets its most probable
-    unfinished one. The loop stops when no unfinished hypothesis of any row can still
-    beat that row's best finished one. Cache rows follow their hypotheses as the next
-    step appends to them. Hypotheses are ranked by all their tokens' log-probabilities,
-    as mesh-tensorflow ranks them; the score reported leaves out padding ids (which an
-    undertrained model may emit), as teacher forcing does.
-    """
-    batch, k = int(inputs.shape[0]), beam_size
-    rows = batch * k
-    stepper = _Stepper(w, encode(w, inputs), length, beams=k)
-    blocks = logits_blocks(w, rows)
-    neg = tf.constant(-1e30)
-    row_offsets = tf.range(batch)[:, None] * k  # [batch, 1]
-
-    def body(step, source, alive_ids, alive_logp, alive_kept, fin_ids, fin_score, fin_logp, *caches):  # noqa: ANN001, ANN202
-        prev = tf.reshape(tf.gather(alive_ids, tf.maximum(step - 1, 0), axis=2), [rows])
-        prev = tf.where(step > 0, prev, 0)
-        x, caches = stepper.hidden(step, prev, list(caches), source)
-        # A row's 2k best tokens hold every candidate of it that can be among its input's
-        # 2k best (its hypothesis' log-probability is the same for all its tokens): no
-        # [rows, vocab] log-softmax, sum or top-k over [batch, k * vocab] is needed.
-        # Ties go to the lower token id in either order.
-        top_logp, top_tokens = top_log_probs(w, x, 2 * k, blocks)  # [rows, 2k]
-        logp = tf.maximum(top_logp, neg)
-        candidates = tf.reshape(alive_logp[:, :, None] + tf.reshape(logp, [batch, k, 2 * k]), [batch, 2 * k * k])
-        cand_logp, flat = tf.math.top_k(candidates, k=2 * k)  # [batch, 2k]
-        parent = flat // (2 * k)
-        token = tf.gather(tf.reshape(top_tokens, [batch, 2 * k * k]), flat, batch_dims=1)
-        step_logp = cand_logp - tf.gather(alive_logp, parent, batch_dims=1)
-        cand_kept = tf.gather(alive_kept, parent, batch_dims=1) + tf.where(tf.equal(token, 0), 0.0, step_logp)
-        cand_ids = tf.gather(alive_ids, parent, batch_dims=1)  # [batch, 2k, length]
-        cand_ids = tf.where(tf.equal(tf.range(length)[None, None, :], step), token[:, :, None], cand_ids)
-        is_eos = tf.equal(token, EOS_ID)
-        # The k best candidates that go on.
-        alive_logp, keep = tf.math.top_k(tf.where(is_eos, neg, cand_logp), k=k)
-        alive_ids = tf.gather(cand_ids, keep, batch_dims=1)
-        alive_kept = tf.gather(cand_kept, keep, batch_dims=1)
-        source = tf.reshape(tf.gather(parent, keep, batch_dims=1) + row_offsets, [rows])
-        # The k best finished hypotheses, old and new.
-        new_score = tf.where(is_eos, cand_logp / _length_penalty(step + 1, alpha), neg)
-        all_score = tf.concat([fin_score, new_score], axis=1)
-        fin_score, best = tf.math.top_k(all_score, k=k)
-        fin_ids = tf.gather(tf.concat([fin_ids, cand_ids], axis=1), best, batch_dims=1)
-        fin_logp = tf.gather(tf.concat([fin_logp, cand_kept], axis=1), best, batch_dims=1)
-        return (step + 1, source, alive_ids, alive_logp, alive_kept, fin_ids, fin_score, fin_logp, *caches)
-
-    def cond(step, source, alive_ids, alive_logp, alive_kept, fin_ids, fin_score, *_):  # noqa: ANN001, ANN202
-        best_possible = alive_logp[:, 0] / _length_penalty(length, alpha)
-        settled = fin_score[:, 0] >= best_possible
-        return (step < length) & ~tf.reduce_all(settled)
-
-    first = tf.concat([tf.zeros([batch, 1]), tf.fill([batch, k - 1], neg)], axis=1)
-    initial = (
-        tf.constant(0),
-        tf.range(rows),
-        tf.zeros([batch, k, length], tf.int32),
-        first,
-        tf.zeros([batch, k]),
-        tf.zeros([batch, k, length], tf.int32),
-        tf.fill([batch, k], neg),
-        tf.fill([batch, k], neg),
-        *stepper.caches.loop_vars(),
-    )
-    out = _while(cond, body, initial, stepper.caches)
-    steps, _, alive_ids, _, alive_kept, fin_ids, fin_score, fin_logp = out[:8]
-    finished = fin_score[:, 0] > neg / 2
-    ids = tf.where(finished[:, None], fin_ids[:, 0], alive_ids[:, 0])
-    return ids, tf.where(finished, fin_logp[:, 0], alive_kept[:, 0]), steps
-
-
-def decode(
-    w: Weights, inputs: tf.Tensor, settings: dict[str, Any], length: int
-) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """(ids, scores, steps the loop ran) for the model_fn's decode settings (see t2tcli.model);
-    with `compute_scores` false, greedy and sampled decodes leave their scores 0."""
-    if int(settings["beam_size"]) > 1:
-        return beam_search(w, inputs, length, int(settings["beam_size"]), float(settings["alpha"]))
-    temperature, top_k = float(settings["temperature"]), int(settings["top_k"])
-    return sample(w, inputs, length, temperature, top_k, bool(settings.get("compute_scores", True)))

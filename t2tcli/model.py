@@ -47,7 +47,7 @@ from typing import Any
 
 from absl import logging
 
-from t2tcli import checkpoints, fast_decode, gin_bindings, inputs, numerics, optimization, weight_names
+from t2tcli import checkpoints, fast_decode, fast_search, gin_bindings, inputs, numerics, optimization, weight_names
 from t2tcli import mesh as meshlib
 from t2tcli.compat import tf
 from t2tcli.decoding import DECODE_KEYS, TF_ENGINES
@@ -173,7 +173,7 @@ def _fast_predict_spec(hp: HParams, vocab_size: int, features: dict[str, tf.Tens
         predictions = {"outputs": outputs, "scores": fast_decode.score(weights, inputs, outputs)}
     else:
         length = int(decode["max_decode_length"] or hp.targets_length)
-        outputs, scores, steps = fast_decode.decode(weights, inputs, decode, length)
+        outputs, scores, steps = fast_search.decode(weights, inputs, decode, length)
         # Per row, so Estimator.predict can split it: the steps its batch's loop ran.
         predictions = {"outputs": outputs, "scores": scores, "decode_steps": tf.fill(tf.shape(scores), steps)}
     return tf.estimator.EstimatorSpec(mode=ModeKeys.PREDICT, predictions=predictions)
