@@ -106,9 +106,15 @@ def test_emulated_bfloat16_einsum_equals_float32_math_rounded_once():
     assert out.dtype == tf.bfloat16
     exact = np.einsum("abc,cd->abd", *(tf.cast(x, tf.float32).numpy() for x in bf16))
     np.testing.assert_array_equal(out.numpy(), tf.cast(exact, tf.bfloat16).numpy())
-    np.testing.assert_allclose(tf.cast(native.einsum("abc,cd->abd", *bf16), tf.float32), exact, rtol=2e-2, atol=0.15)
     float32 = [tf.constant(a), tf.constant(b)]
     np.testing.assert_array_equal(emulated.einsum("abc,cd->abd", *float32), native.einsum("abc,cd->abd", *float32))
+    here = numerics.detect()
+    if here.cpu_flags.intersection(numerics._NATIVE_CPU_FLAGS) and not numerics.native_bfloat16(here)[0]:
+        # A bfloat16 CPU held back by ONEDNN_MAX_CPU_ISA: TensorFlow's own bfloat16 Einsum
+        # still picks oneDNN's kernel there and crashes the process. The model never runs
+        # it there (its einsums are emulated), so neither does this comparison.
+        return
+    np.testing.assert_allclose(tf.cast(native.einsum("abc,cd->abd", *bf16), tf.float32), exact, rtol=2e-2, atol=0.15)
 
 
 def _embedding_and_grad(dtype: str, gather: bool, ids: np.ndarray, table: np.ndarray):
