@@ -20,6 +20,8 @@ system's best of --repeats runs; the machine's CPU kind is printed with them.
 
     python bench/decode.py                       # t5_small, greedy and beam 4
     python bench/decode.py --hparams_set=t5_base --lines=128
+    # an AVX2-class CPU's code paths, on a CPU with AVX-512 (every system is held back):
+    ONEDNN_MAX_CPU_ISA=AVX2 CT2_FORCE_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 python bench/decode.py
 
 Needs the `bench` extra (torch, transformers, ctranslate2).
 """
@@ -46,6 +48,10 @@ sys.path.insert(0, str(REPO / "examples"))
 # The row of each engine engine=auto may choose on one CPU.
 ENGINE_ROWS = {"ctranslate2": "t2t-decode ctranslate2 float32", "fast": "t2t-decode fast (TF)"}
 SUMMARY = re.compile(r"(\d+) lines .*?(\d+) output tokens in ([\d.]+) s \(([\d.]+) s start-up\)")
+STEPS = re.compile(r"(\d+) batch(?:es)?, (\d+) decode steps")
+# What holds this CPU's vector units back for every system measured (set them all to
+# measure an AVX2-class CPU on a newer one).
+ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
 
 
 def binary(name: str, *args: str) -> subprocess.CompletedProcess:
@@ -58,7 +64,8 @@ def binary(name: str, *args: str) -> subprocess.CompletedProcess:
 def cpu_kind() -> str:
     from t2tcli import numerics
 
-    return numerics.detect().cpu_kind()
+    caps = [f"{name}={os.environ[name]}" for name in ISA_CAPS if os.environ.get(name)]
+    return numerics.detect().cpu_kind() + (f" held back by {', '.join(caps)}" if caps else "")
 
 
 def build_models(work: Path, hparams_set: str) -> tuple[Path, Path, dict]:
@@ -140,7 +147,11 @@ def run_t2t(model_dir: Path, src: Path, beam: int, batch: int, length: int, engi
     if not match:
         sys.exit(f"no summary in t2t-decode's log:\n{proc.stderr[-2000:]}")
     lines, tokens, total, startup = match.groups()
-    return {"lines": int(lines), "tokens": int(tokens), "decode_s": float(total) - float(startup), "wall_s": wall}
+    result = {"lines": int(lines), "tokens": int(tokens), "decode_s": float(total) - float(startup), "wall_s": wall}
+    steps = STEPS.search(proc.stderr)
+    if steps:  # how many steps its searches took
+        result["steps_per_batch"] = int(steps.group(2)) / int(steps.group(1))
+    return result
 
 
 def run_hf(hf_dir: Path, batches: list[list[list[int]]], beam: int, length: int) -> dict:
@@ -164,7 +175,7 @@ def run_hf(hf_dir: Path, batches: list[list[list[int]]], beam: int, length: int)
                 do_sample=False,
             )
             lines += len(chunk)
-    return {"lines": lines, "tokens": lines * length, "decode_s": time.monotonic() - started}
+    return {"lines": lines, "tokens": lines * length, "decode_s": time.monotonic() - started, "steps_per_batch": length}
 
 
 def run_ct2(ct2_dir: Path, batches: list[list[list[int]]], beam: int, length: int, compute_type: str) -> dict:
@@ -185,7 +196,7 @@ def run_ct2(ct2_dir: Path, batches: list[list[list[int]]], beam: int, length: in
             max_input_length=0,
         )
         lines += len(chunk)
-    return {"lines": lines, "tokens": lines * length, "decode_s": time.monotonic() - started}
+    return {"lines": lines, "tokens": lines * length, "decode_s": time.monotonic() - started, "steps_per_batch": length}
 
 
 SYSTEMS = (
@@ -298,13 +309,27 @@ def main() -> None:
         f"{args.hparams_set} {shape} vocabulary 32128 rows, batch {args.batch_size}, "
         f"{args.max_decode_length} output tokens a line, {os.cpu_count()} cores, {cpu_kind()} CPU"
     )
-    print(f"{'data':<24}{'tokens in':>10}  {'search':<8}{'system':<33}{'sent/s':>9}{'tok/s':>9}{'decode s':>10}")
+    print(
+        f"{'data':<24}{'tokens in':>10}  {'search':<8}{'system':<33}{'sent/s':>9}{'tok/s':>9}{'decode s':>10}"
+        f"{'steps':>7}"
+    )
     for r in results:
         search = "greedy" if r["beam"] == 1 else f"beam {r['beam']}"
+        steps = f"{r['steps_per_batch']:>7.1f}" if "steps_per_batch" in r else f"{'-':>7}"
         print(
             f"{r['data']:<24}{r['mean_input_tokens']:>10.1f}  {search:<8}{r['system']:<33}{rate(r):>9.1f}"
-            f"{r['tokens'] / r['decode_s']:>9.0f}{r['decode_s']:>10.2f}"
+            f"{r['tokens'] / r['decode_s']:>9.0f}{r['decode_s']:>10.2f}{steps}"
         )
+    print(
+        "tok/s counts the tokens written: a random model's t2t-decode output is mostly padding, which is not "
+        "written.\nsteps: decode steps a batch took (the peers are held to --max_decode_length; t2t-decode "
+        "says its own)."
+    )
+    short = sorted(
+        {r["system"] for r in results if r.get("steps_per_batch", args.max_decode_length) < args.max_decode_length}
+    )
+    if short:
+        print(f"NOT COMPARABLE: {', '.join(short)} ran fewer than {args.max_decode_length} steps a batch")
     print()
     print("\n".join(ratios(results)))
     if args.json:

@@ -252,15 +252,22 @@ class Predictor:
             real = [i for i, s in enumerate(sources) if s is not None]
             outputs = np.zeros([len(inputs), self.length], np.int32)
             scores = np.zeros([len(inputs)], np.float32)
-            if real:
-                picked = [sources[i] for i in real]
-                if "targets" in batch:
-                    outputs = batch["targets"]
+            picked = [sources[i] for i in real]
+            extra: dict[str, Any] = {}
+            if "targets" in batch:
+                outputs = batch["targets"]
+                if real:
                     for i, score in zip(real, self._score(picked, batch["targets"][real]), strict=True):
                         scores[i] = score
-                else:
+            else:
+                steps = 0
+                if real:
                     for i, (ids, score) in zip(real, self._translate(picked), strict=True):
                         outputs[i, : len(ids)] = ids
                         scores[i] = score
+                        steps = max(steps, len(ids))
+                # The steps the batch's longest output took (its EOS included), as the
+                # fast engine reports the steps its loop ran.
+                extra["decode_steps"] = np.int32(steps)
             for i in range(len(inputs)):
-                yield {"outputs": outputs[i], "scores": scores[i]}
+                yield {"outputs": outputs[i], "scores": scores[i], **extra}

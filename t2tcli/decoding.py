@@ -154,19 +154,26 @@ class Stats:
         )
 
     def count_batch(self, prediction: dict[str, Any], rows: int) -> None:
-        """Called with the first prediction of each batch: the batch ran since the
-        previous call (the first one, since its input was read)."""
+        """Called with the first prediction of each batch. The time logged is since the
+        previous batch's results, not the batch's own: an engine with two batches in
+        flight (engines.session_predict) computed part of this one beside the last."""
         now = time.monotonic()
         seconds = now - (self.last_batch or self.first_batch or now)
         self.last_batch = now
         number = self.batches
         self.batches += 1
         if "decode_steps" not in prediction:
-            logging.debug("batch %d: %d rows, %.3f s", number, rows, seconds)
+            logging.debug("batch %d: %d rows, %.3f s after the previous batch's results", number, rows, seconds)
             return
         steps = int(prediction["decode_steps"])
         self.decode_steps = (self.decode_steps or 0) + steps
-        logging.debug("batch %d: %d rows, %d decode steps, %.3f s", number, rows, steps, seconds)
+        logging.debug(
+            "batch %d: %d rows, %d decode steps, %.3f s after the previous batch's results",
+            number,
+            rows,
+            steps,
+            seconds,
+        )
 
 
 def fit(ids: list[int], length: int) -> tuple[list[int], bool]:

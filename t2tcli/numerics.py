@@ -173,3 +173,27 @@ def emulated_einsum(machine: Machine) -> bool:
     """Whether bfloat16 einsums should run in float32: on CPUs without native bfloat16,
     where TensorFlow's bfloat16 Einsum kernel is 10-20x slower than float32."""
     return machine.device == "cpu" and not native_bfloat16(machine)[0]
+
+
+# oneDNN's ISA names (ONEDNN_MAX_CPU_ISA) from which its GEMMs use AVX-512 registers.
+_AVX512_ISAS = ("AVX512", "AVX10_", "ALL")
+
+
+def transposed_kernels(machine: Machine) -> bool:
+    """Whether the fast decode engine should keep its kernels [out, in] (multiplying by
+    them transposed) rather than [in, out] as checkpoints hold them.
+
+    oneDNN's AVX2 float32 GEMM is slow on a [in, out] kernel whose rows are a multiple
+    of 512 floats long (T5's 512-, 1,536-, 2,048- and 3,072-wide projections): at a beam
+    search step's 256 rows, [256 x 512] x [512 x 2048] ran at 100 GFLOPS, and at 184
+    with the kernel held [2048 x 512] and transposed, on 2 cores held to AVX2 (AMD EPYC,
+    ONEDNN_MAX_CPU_ISA=AVX2); a t5_small beam search went 1.08x faster. Its AVX-512
+    GEMM is the other way round (200 against 153 GFLOPS) and its bfloat16 one even, so
+    only float32 on an AVX2-class oneDNN transposes.
+    """
+    if machine.device != "cpu" or not machine.onednn_enabled:
+        return False
+    isa = machine.onednn_max_isa
+    if isa and isa != "DEFAULT":
+        return not isa.startswith(_AVX512_ISAS)
+    return "avx512f" not in machine.cpu_flags

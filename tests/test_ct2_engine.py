@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 
 import numpy as np
@@ -70,7 +71,7 @@ def test_t2t_decode_with_ctranslate2_writes_what_the_fast_engine_writes(toy_mode
     shutil.copytree(toy_model["model_dir"], model_dir)
     lines = tmp_path / "in.txt"
     lines.write_text("a b c\n\nj i h g\nd e f\n")
-    outputs = {}
+    outputs, steps = {}, {}
     for engine in ("fast", "ctranslate2", "ctranslate2"):
         proc = run_binary(
             "t2t-decode",
@@ -85,7 +86,9 @@ def test_t2t_decode_with_ctranslate2_writes_what_the_fast_engine_writes(toy_mode
         else:
             assert f"decode engine: {engine} (asked for)" in proc.stderr
         outputs[engine] = proc.stdout
+        steps[engine] = re.search(r"(\d+) decode steps", proc.stderr).group(1)
     assert outputs["ctranslate2"] == outputs["fast"] and outputs["fast"].splitlines()[1] == ""
+    assert steps["ctranslate2"] == steps["fast"], "both engines say how many steps their searches took"
     assert len(list((model_dir / "ctranslate2").iterdir())) == 1
     proc = run_binary(
         "t2t-decode",

@@ -51,8 +51,12 @@ def test_teacher_forced_scores_match_mesh_tensorflow(toy):
     assert fast[:4].mean() > fast[4:].mean()
 
 
+@pytest.mark.parametrize("transposed", [False, True], ids=["kernels_in_out", "kernels_out_in"])
 @pytest.mark.parametrize("decode", [{"beam_size": 1}, {"beam_size": 4, "alpha": 0.0}])
-def test_decodes_match_mesh_tensorflow(toy, decode):
+def test_decodes_match_mesh_tensorflow(toy, decode, transposed, monkeypatch):
+    """Either layout of the fast engine's kernels (numerics.transposed_kernels picks one
+    per CPU) decodes as mesh-tensorflow does."""
+    monkeypatch.setattr(fast_decode, "_transposed_kernels", lambda: transposed)
     fast_ids, fast_scores = _predict(toy, "fast", **decode)
     mesh_ids, mesh_scores = _predict(toy, "mesh", **decode)
     np.testing.assert_array_equal(fast_ids, mesh_ids)
@@ -85,6 +89,21 @@ def test_an_unknown_ffn_activation_is_refused_before_a_graph_is_built(toy):
         model.build_estimator(model_dir, hp, vocab_size, params={"decode": {"engine": "fast"}})
 
 
+@pytest.mark.parametrize("n", [4096, 4000, 1000, 256])
+def test_top_k_by_chunks_is_top_k_with_ties_to_the_lower_position(n):
+    """The two-stage top-k (chunk maxima, then the best chunks) keeps tf.math.top_k's
+    answer exactly, ties included: logits drawn from five values tie everywhere."""
+    rng = np.random.default_rng(1)
+    logits = np.concatenate([rng.integers(0, 5, size=[32, n]), rng.normal(size=[32, n])], axis=0).astype(np.float32)
+    k = 8
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        top, at, peak = session.run(fast_decode._top_k_by_chunks(tf.constant(logits), k))
+    expected = np.argsort(-logits, axis=1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(at, expected)
+    np.testing.assert_array_equal(top, np.take_along_axis(logits, expected, axis=1))
+    np.testing.assert_array_equal(peak[:, 0], logits.max(axis=1))
+
+
 def test_trim_padding_cuts_columns_no_row_uses():
     ids = np.array([[5, 6, 1, 0, 0, 0], [7, 1, 0, 0, 0, 0]], np.int32)
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
@@ -114,7 +133,7 @@ def test_top_log_probs_by_blocks_are_the_log_softmax_top_k():
     import types
 
     rng = np.random.default_rng(0)
-    rows, d_model, vocab, k = 256, 16, 1000, 8
+    rows, d_model, vocab, k = 256, 16, 4000, 8
     x = rng.normal(size=[rows, d_model]).astype(np.float32)
     kernel = rng.normal(size=[d_model, vocab]).astype(np.float32)
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
@@ -126,12 +145,14 @@ def test_top_log_probs_by_blocks_are_the_log_softmax_top_k():
         )
         blocks = fast_decode.logits_blocks(w, rows)
         assert len(blocks) == 1, "a row count whose logits fit one block"
-        fast_decode.LOGITS_BLOCK_BYTES, saved = 64 << 10, fast_decode.LOGITS_BLOCK_BYTES
+        fast_decode.LOGITS_BLOCK_BYTES, saved = 512 << 10, fast_decode.LOGITS_BLOCK_BYTES
         try:
             blocks = fast_decode.logits_blocks(w, rows)
         finally:
             fast_decode.LOGITS_BLOCK_BYTES = saved
-        assert len(blocks) == 16 and blocks[-1][0] < vocab
+        # Eight blocks of whole chunks, each reduced through its chunk maxima.
+        assert len(blocks) == 8 and blocks[-1][0] < vocab
+        assert all(int(kernel.shape[1]) % fast_decode.TOP_K_CHUNK == 0 for _, kernel in blocks)
         logp, ids = session.run(fast_decode.top_log_probs(w, tf.constant(x), k, blocks))
         logits = session.run(tf.nn.log_softmax(fast_decode._logits(w, tf.constant(x))))
     expected = np.argsort(-logits, axis=1, kind="stable")[:, :k]

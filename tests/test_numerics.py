@@ -75,6 +75,23 @@ def test_cpu_kind_names_the_class_a_figure_holds_for():
     ]
 
 
+@pytest.mark.parametrize(
+    "machine, transposed",
+    [
+        (cpu(AVX2), True),
+        (cpu(AVX512), False),
+        (cpu(AVX512_BF16), False),
+        (cpu(AMX, onednn_max_isa="AVX2"), True),
+        (cpu(AVX512_BF16, onednn_max_isa="AVX512_CORE"), False),
+        (cpu(AVX512, onednn_max_isa="DEFAULT"), False),
+        (cpu(AVX2, onednn_enabled=False), False),
+        (numerics.Machine("gpu", AVX2, gpu_capability=(8, 0)), False),
+    ],
+)
+def test_decode_kernels_are_transposed_only_for_onednns_avx2_gemm(machine, transposed):
+    assert numerics.transposed_kernels(machine) is transposed
+
+
 def test_flags_are_read_from_cpuinfo_and_onednn_settings_from_the_environment(tmp_path, monkeypatch):
     info = tmp_path / "cpuinfo"
     info.write_text(
