@@ -191,15 +191,19 @@ def _merge_heads(x: tf.Tensor, dims: Dims) -> tf.Tensor:
 
 
 @functools.cache
+def _machine() -> numerics.Machine:
+    """This process's machine, detected once (detection lists the GPUs)."""
+    return numerics.detect()
+
+
 def _transposed_kernels() -> bool:
     """Whether this process keeps the layers' kernels [out, in] (t2tcli.numerics.transposed_kernels)."""
-    return numerics.transposed_kernels(numerics.detect())
+    return numerics.transposed_kernels(_machine())
 
 
-@functools.cache
 def _bfloat16_in_float32() -> bool:
     """Whether this process multiplies bfloat16 in float32 (t2tcli.numerics.emulated_einsum)."""
-    return numerics.emulated_einsum(numerics.detect())
+    return numerics.emulated_einsum(_machine())
 
 
 def _matmul(a: tf.Tensor, b: tf.Tensor, transpose_b: bool = False) -> tf.Tensor:
