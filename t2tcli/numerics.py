@@ -186,8 +186,8 @@ def transposed_kernels(machine: Machine) -> bool:
     oneDNN's AVX2 float32 GEMM is slow on a [in, out] kernel whose rows are a multiple
     of 512 floats long (T5's 512-, 1,536-, 2,048- and 3,072-wide projections): at a beam
     search step's 256 rows, [256 x 512] x [512 x 2048] ran at 100 GFLOPS, and at 184
-    with the kernel held [2048 x 512] and transposed, on 2 cores held to AVX2 (AMD EPYC,
-    ONEDNN_MAX_CPU_ISA=AVX2); a t5_small beam search went 1.08x faster. Its AVX-512
+    with the kernel held [2048 x 512] and transposed, on a 2-core AVX512-BF16 AMD EPYC held
+    to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2); a t5_small beam search went 1.08x faster. Its AVX-512
     GEMM is the other way round (200 against 153 GFLOPS) and its bfloat16 one even, so
     only float32 on an AVX2-class oneDNN transposes.
     """
