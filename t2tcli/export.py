@@ -68,8 +68,8 @@ def serving_model_fn(hp: HParams, vocab_size: int, proto: bytes, decode: dict[st
         weights = fast_decode.Weights(hp, vocab_size)  # variables, read once outside the loop
 
         def one_batch(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            ids, scores, _ = fast_search.decode(weights, batch, decode, length)
-            return ids, scores
+            decoded = fast_search.decode(weights, batch, decode, length)
+            return decoded.ids, decoded.scores
 
         batches = tf.reshape(features["inputs"], [-1, batch_size, inputs_length])
         ids, scores = tf.map_fn(

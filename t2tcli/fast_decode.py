@@ -9,8 +9,8 @@ function from the same variables (T5 v1.0's layer layout, as `t2tcli.gin_binding
 configures it): inputs cut to the batch's longest row, caches that grow by one
 position per step, one fused q/k/v projection, encoder-decoder keys and values
 computed once, scores summed while decoding, and (in `t2tcli.fast_search`, the greedy,
-sampled and beam loops over this module's decoder step) a loop that stops when every
-row has ended.
+sampled and beam loops over this module's decoder step) a loop from which finished
+inputs drop out and which stops when every row has ended.
 
 The model_fn uses it for PREDICT on a one-device mesh; TPUs and model-parallel meshes
 keep mesh-tensorflow's decode. `tests/test_fast_decode.py` checks that both give the
@@ -287,6 +287,16 @@ class Encoded:
     values: list[tf.Tensor]
     bias: tf.Tensor
 
+    def tensors(self) -> list[tf.Tensor]:
+        """Keys, values and bias as one list (a decode loop carries them as its variables)."""
+        return [*self.keys, *self.values, self.bias]
+
+    @classmethod
+    def from_tensors(cls, tensors: list[tf.Tensor] | tuple[tf.Tensor, ...]) -> Encoded:
+        """The inverse of tensors()."""
+        layers = (len(tensors) - 1) // 2
+        return cls(list(tensors[:layers]), list(tensors[layers : 2 * layers]), tensors[-1])
+
 
 def trim_padding(ids: tf.Tensor) -> tf.Tensor:
     """int32 [batch, length] ids cut after the batch's last non-padding column.
@@ -380,15 +390,15 @@ def _top_k_by_chunks(logits: tf.Tensor, k: int) -> tuple[tf.Tensor, tf.Tensor, t
     position. A block's top-k took 0.75 ms instead of 2.0 ms (256 x 4,032 logits, 2-core
     AVX512-BF16 CPU held to AVX2).
     """
-    rows, n = int(logits.shape[0]), int(logits.shape[1])
+    n = int(logits.shape[1])
     chunks = n // TOP_K_CHUNK
     if n % TOP_K_CHUNK or chunks <= k:
         top, at = tf.math.top_k(logits, k=k)
         return top, at, tf.reduce_max(logits, axis=-1, keepdims=True)
-    by_chunk = tf.reshape(logits, [rows, chunks, TOP_K_CHUNK])
+    by_chunk = tf.reshape(logits, [-1, chunks, TOP_K_CHUNK])
     maxima = tf.reduce_max(by_chunk, axis=-1)
     kept = tf.sort(tf.math.top_k(maxima, k=k).indices, axis=-1)  # [rows, k], in position order
-    candidates = tf.reshape(tf.gather(by_chunk, kept, batch_dims=1), [rows, k * TOP_K_CHUNK])
+    candidates = tf.reshape(tf.gather(by_chunk, kept, batch_dims=1), [-1, k * TOP_K_CHUNK])
     top, at = tf.math.top_k(candidates, k=k)
     positions = tf.gather(kept, at // TOP_K_CHUNK, batch_dims=1) * TOP_K_CHUNK + at % TOP_K_CHUNK
     return top, positions, tf.reduce_max(maxima, axis=-1, keepdims=True)
@@ -434,7 +444,8 @@ def score(w: Weights, inputs: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
 
 class Caches:
     """Self-attention keys and values of every decoder layer, [rows, heads, steps so far,
-    d_kv], carried by the decode loop and one position longer each step. Keys are kept
+    d_kv], carried by the decode loop and one position longer each step (and fewer rows
+    once finished inputs leave it: t2tcli.fast_search). Keys are kept
     in float32, the dtype attention logits are computed in; values in `value_dtype`
     (the activation dtype), the dtype they are multiplied in, as mesh-tf does.
 
@@ -455,7 +466,7 @@ class Caches:
 
     def loop_shapes(self) -> list[tf.TensorShape]:
         """shape_invariants of loop_vars()."""
-        return [tf.TensorShape([self.rows, self.heads, None, self.d_kv]) for _ in range(2 * self.layers)]
+        return [tf.TensorShape([None, self.heads, None, self.d_kv]) for _ in range(2 * self.layers)]
 
     @staticmethod
     def append(
@@ -474,7 +485,9 @@ class Stepper:
     """One incremental decoder step for `beams` rows per encoded input, up to `length` steps.
 
     A row's hypotheses (beams) sit next to each other and share their input's encoder
-    keys and values: one matmul per input attends all its beams at once.
+    keys and values: one matmul per input attends all its beams at once. The encoder's
+    output is an argument of each step, not part of the stepper, so that a decode loop
+    can drop finished inputs from it; `encoded` is the whole batch's.
     """
 
     def __init__(self, w: Weights, enc: Encoded, length: int, beams: int = 1) -> None:
@@ -485,7 +498,7 @@ class Stepper:
         # Logits are float32 (as mesh-tf's are), so encoder keys are kept in float32
         # rather than cast each step; values stay in the activation dtype, like the
         # attention weights they are multiplied with.
-        self.enc = Encoded([tf.cast(k, tf.float32) for k in enc.keys], enc.values, enc.bias)
+        self.encoded = Encoded([tf.cast(k, tf.float32) for k in enc.keys], enc.values, enc.bias)
         self.bias = position_bias(w.decoder_bias, length, length, bidirectional=False)
         self.caches = Caches(len(w.decoder), rows, dims.num_heads, dims.d_kv, dims.dtype)
         self.norm_scales = [
@@ -495,28 +508,29 @@ class Stepper:
 
     def _rows(self, o: tf.Tensor) -> tf.Tensor:
         """Attention output, one row per hypothesis: [rows, heads * d_kv] in the activation dtype."""
-        return tf.cast(tf.reshape(o, [self.rows, self.w.dims.inner]), self.w.dims.dtype)
+        return tf.cast(tf.reshape(o, [-1, self.w.dims.inner]), self.w.dims.dtype)
 
     def _attend_self(self, q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
         """q [rows, heads, d_kv] over k, v [rows, heads, steps, d_kv] -> [rows, heads * d_kv]."""
         return self._rows(_attend(q[:, :, None, :], k, v, bias))
 
-    def _attend_encoder(self, q: tf.Tensor, i: int) -> tf.Tensor:
-        """q [batch, heads, beams, d_kv] over layer i's encoder keys and values ->
+    def _attend_encoder(self, q: tf.Tensor, enc: Encoded, i: int) -> tf.Tensor:
+        """q [inputs, heads, beams, d_kv] over layer i's encoder keys and values ->
         [rows, heads * d_kv]."""
-        o = _attend(q, self.enc.keys[i], self.enc.values[i], self.enc.bias)
+        o = _attend(q, enc.keys[i], enc.values[i], enc.bias)
         return self._rows(tf.transpose(o, [0, 2, 1, 3]))
 
     def __call__(
-        self, step: tf.Tensor, ids: tf.Tensor, state: list[tf.Tensor], source: tf.Tensor | None = None
+        self, step: tf.Tensor, ids: tf.Tensor, state: list[tf.Tensor], enc: Encoded, source: tf.Tensor | None = None
     ) -> tuple[tf.Tensor, list[tf.Tensor]]:
         """(float32 logits [rows, vocab] for the token after `ids` [rows], new cache state);
-        `source`: the row each row continues (beam search)."""
-        x, new_state = self.hidden(step, ids, state, source)
+        `enc`: the encoder's output for these rows' inputs (`encoded`, or rows of it);
+        `source`: the row of `state` each row continues (beam search)."""
+        x, new_state = self.hidden(step, ids, state, enc, source)
         return _logits(self.w, x), new_state
 
     def hidden(
-        self, step: tf.Tensor, ids: tf.Tensor, state: list[tf.Tensor], source: tf.Tensor | None = None
+        self, step: tf.Tensor, ids: tf.Tensor, state: list[tf.Tensor], enc: Encoded, source: tf.Tensor | None = None
     ) -> tuple[tf.Tensor, list[tf.Tensor]]:
         """(the decoder's last layer [rows, d_model], float32, new cache state): see __call__."""
         w, dims = self.w, self.w.dims
@@ -529,13 +543,13 @@ class Stepper:
         new_state = []
         for i, (layer, scales) in enumerate(zip(w.decoder, self.norm_scales, strict=True)):
             h = w.cast(_rms_norm(x, scales["self_norm"]))
-            qkv = tf.reshape(w.dense(h, layer["self"]["qkv"]), [self.rows, 3, dims.num_heads, dims.d_kv])
+            qkv = tf.reshape(w.dense(h, layer["self"]["qkv"]), [-1, 3, dims.num_heads, dims.d_kv])
             q, k, v = qkv[:, 0], tf.cast(qkv[:, 1], f32), qkv[:, 2]
             keys, values = self.caches.append(state, i, k, v, source)
             new_state += [keys, values]
             x += tf.cast(w.dense(self._attend_self(q, keys, values, bias), layer["self"]["o"]), f32)
             h = w.cast(_rms_norm(x, scales["cross_norm"]))
-            q = tf.reshape(w.dense(h, layer["cross"]["q"]), [self.batch, self.beams, dims.num_heads, dims.d_kv])
-            o = self._attend_encoder(tf.transpose(q, [0, 2, 1, 3]), i)
+            q = tf.reshape(w.dense(h, layer["cross"]["q"]), [-1, self.beams, dims.num_heads, dims.d_kv])
+            o = self._attend_encoder(tf.transpose(q, [0, 2, 1, 3]), enc, i)
             x = _ffn(w, layer, x + tf.cast(w.dense(o, layer["cross"]["o"]), f32), scales["ffn_norm"])
         return x, new_state

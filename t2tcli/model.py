@@ -173,9 +173,10 @@ def _fast_predict_spec(hp: HParams, vocab_size: int, features: dict[str, tf.Tens
         predictions = {"outputs": outputs, "scores": fast_decode.score(weights, inputs, outputs)}
     else:
         length = int(decode["max_decode_length"] or hp.targets_length)
-        outputs, scores, steps = fast_search.decode(weights, inputs, decode, length)
+        decoded = fast_search.decode(weights, inputs, decode, length)
         # Per row, so Estimator.predict can split it: the steps its batch's loop ran.
-        predictions = {"outputs": outputs, "scores": scores, "decode_steps": tf.fill(tf.shape(scores), steps)}
+        steps = tf.fill(tf.shape(decoded.scores), decoded.steps)
+        predictions = {"outputs": decoded.ids, "scores": decoded.scores, "decode_steps": steps}
     return tf.estimator.EstimatorSpec(mode=ModeKeys.PREDICT, predictions=predictions)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from toy_model import toy_model  # noqa: F401  (session fixture)
 
-from t2tcli import fast_decode, model, run_info
+from t2tcli import fast_decode, fast_search, model, run_info
 from t2tcli.compat import tf
 from t2tcli.errors import UserError
 from t2tcli.vocab import EOS_ID, Vocabulary
@@ -62,6 +62,38 @@ def test_decodes_match_mesh_tensorflow(toy, decode, transposed, monkeypatch):
     np.testing.assert_array_equal(fast_ids, mesh_ids)
     np.testing.assert_allclose(fast_scores, mesh_scores, rtol=1e-4, atol=1e-4)
     assert (fast_ids == EOS_ID).any(axis=1).all(), "every row of a trained copy model ends"
+
+
+def _search(toy, decode: dict) -> dict:
+    """fast_search.decode of the toy's rows in a graph of its own: the loop's own outputs."""
+    model_dir, hp, vocab_size, ids = toy
+    hp = hp.copy()
+    hp.activation_dtype = "float32"
+    settings = {"beam_size": 1, "alpha": 0.0, "temperature": 0.0, "top_k": 0, **decode}
+    with tf.Graph().as_default():
+        decoded = fast_search.decode(fast_decode.Weights(hp, vocab_size), tf.constant(ids), settings, 16)
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session() as session:
+            saver.restore(session, tf.train.latest_checkpoint(model_dir))
+            return session.run(vars(decoded))
+
+
+@pytest.mark.parametrize("decode", [{"beam_size": 1}, {"beam_size": 4, "alpha": 0.6}], ids=["greedy", "beam4"])
+def test_finished_inputs_leave_the_loop_without_changing_its_answers(toy, decode, monkeypatch):
+    """The toy's lines end at different steps: once a share of them has, they stop being
+    computed (fewer row steps than rows x steps), and every answer and score is the one
+    a loop that keeps them all computes."""
+    rows = BATCH * decode["beam_size"]
+    leaving = _search(toy, decode)
+    monkeypatch.setattr(fast_search, "COMPACT_SHARE", 2.0)  # more than all: nothing leaves
+    staying = _search(toy, decode)
+    assert staying["row_steps"] == rows * staying["steps"]
+    assert leaving["row_steps"] < rows * leaving["steps"]
+    assert leaving["steps"] == staying["steps"]
+    np.testing.assert_array_equal(leaving["ids"], staying["ids"])
+    np.testing.assert_allclose(leaving["scores"], staying["scores"], rtol=1e-5, atol=1e-5)
+    ends = [np.flatnonzero(row == EOS_ID)[0] for row in staying["ids"]]
+    assert len(set(ends)) > 1, "the toy's lines end at different steps"
 
 
 def test_bfloat16_decodes_like_float32(toy):
