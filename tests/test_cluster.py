@@ -63,9 +63,11 @@ def test_chief_worker_and_parameter_server_train_one_model(tmp_path):
         for kind, log in logs.items()
     }
     worker_steps = {int(s) for s in re.findall(r"worker 0: step (\d+)  loss", logs["worker"])}
-    # Both trained, to the end: each logs the multiples of 20 that its own steps of the one,
-    # shared global step land on.
-    assert steps["chief"] and worker_steps and max(worker_steps) >= 180, logs
+    # Both trained: each logs the multiples of 20 that its own steps of the one, shared
+    # global step land on. Which of them lands the last ones is a race (one run's worker
+    # last landed 160), so the worker need only have trained past the middle; both exit
+    # 0 only once the global step reached --train_steps.
+    assert steps["chief"] and worker_steps and max(worker_steps) >= 100, logs
     losses = {**steps["chief"], **steps["worker"]}
     assert losses[max(losses)] < losses[min(losses)], losses
     final = tf.train.latest_checkpoint(str(model_dir))
