@@ -320,7 +320,15 @@ def test_killed_training_resumes_to_the_same_step_with_a_usable_model(toy_model,
         "--train_steps=60",
         "--save_checkpoints_steps=20",
     ]
-    _kill_when(args, lambda: bool(list(model_dir.glob("model.ckpt-20.index"))))
+    state = model_dir / "checkpoint"
+
+    def saved_step_20() -> bool:
+        # The state file names a checkpoint only once all its files are written: killed
+        # between its .index and that line, a run resumes from the one before (a CI run
+        # killed there found none and rightly started over).
+        return state.exists() and '"model.ckpt-20"' in state.read_text()
+
+    _kill_when(args, saved_step_20)
     proc = _train(model_dir, Path(toy_model["data_dir"]), 60, "--save_checkpoints_steps=20")
     assert proc.returncode == 0 and "resuming" in proc.stderr, proc.stderr[-2000:]
     from t2tcli.compat import tf
