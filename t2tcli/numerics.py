@@ -189,7 +189,8 @@ def transposed_kernels(machine: Machine) -> bool:
     with the kernel held [2048 x 512] and transposed, on a 2-core AVX512-BF16 AMD EPYC held
     to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2); a t5_small beam search went 1.08x faster. Its AVX-512
     GEMM is the other way round (200 against 153 GFLOPS) and its bfloat16 one even, so
-    only float32 on an AVX2-class oneDNN transposes.
+    only an AVX2-class oneDNN transposes; every GEMM there is float32 (bfloat16 ones run
+    in float32 too, t2tcli.fast_decode._matmul), so the activation dtype need not be asked.
     """
     if machine.device != "cpu" or not machine.onednn_enabled:
         return False
