@@ -18,8 +18,15 @@ and the peers are held to that length (min = max length). Two inputs: --lines li
 sentences (mixed lengths, where sorting batches by length counts). Each figure is a
 system's best of --repeats runs; the machine's CPU kind is printed with them.
 
+With --model_dir, a trained model is decoded instead: every system then runs each line
+until it ends (at most --max_decode_length tokens), as users decode, so a system that
+drops finished lines from its batches gains by it; the peers decode that model_dir's
+Hugging Face export (`t2t-export --export_format=hf`).
+
     python bench/decode.py                       # t5_small, greedy and beam 4
     python bench/decode.py --hparams_set=t5_base --lines=128
+    # a trained model_dir (a fine-tuned T5, say), each line decoded until it ends:
+    python bench/decode.py --model_dir=runs/my_t5 --max_decode_length=64 --data=translation
     # an AVX2-class CPU's code paths, on a CPU with AVX-512 (every system is held back):
     ONEDNN_MAX_CPU_ISA=AVX2 CT2_FORCE_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 python bench/decode.py
 
@@ -34,7 +41,6 @@ import json
 import os
 import random
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,6 +58,7 @@ STEPS = re.compile(r"(\d+) batch(?:es)?, (\d+) decode steps")
 # What holds this CPU's vector units back for every system measured (set them all to
 # measure an AVX2-class CPU on a newer one).
 ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
+SHAPE = ("d_model", "d_ff", "num_heads", "d_kv", "num_encoder_layers", "ffn_activation")
 
 
 def binary(name: str, *args: str) -> subprocess.CompletedProcess:
@@ -75,7 +82,7 @@ def build_models(work: Path, hparams_set: str) -> tuple[Path, Path, dict]:
     from t2tcli import registry
 
     hp = registry.hparams(hparams_set)
-    shape = {k: hp.get(k) for k in ("d_model", "d_ff", "num_heads", "d_kv", "num_encoder_layers", "ffn_activation")}
+    shape = {k: hp.get(k) for k in SHAPE}
     hf_dir, model_dir = work / "hf", work / "model"
     random_hf_t5.build(
         str(hf_dir),
@@ -93,23 +100,42 @@ def build_models(work: Path, hparams_set: str) -> tuple[Path, Path, dict]:
     return hf_dir, model_dir, shape
 
 
+def export_model(model_dir: Path, work: Path) -> tuple[Path, dict]:
+    """(HF directory, shape) of a trained model_dir."""
+    from t2tcli import loading
+
+    hp = loading.load(str(model_dir)).hparams
+    shape = {k: hp.get(k) for k in SHAPE}
+    hf_dir = work / "hf"
+    binary("t2t-export", f"--model_dir={model_dir}", "--export_format=hf", f"--export_dir={hf_dir}")
+    return hf_dir, shape
+
+
 def convert_peer(hf_dir: Path, work: Path, quantization: str) -> Path:
-    """CTranslate2's own conversion of the directory, as its users make it (weights only:
-    its vocabulary is then one token name per row)."""
-    weights_only = work / "hf_weights"
-    if not weights_only.exists():
-        weights_only.mkdir()
-        for name in ("config.json", "model.safetensors", "generation_config.json"):
-            if (hf_dir / name).exists():
-                shutil.copy(hf_dir / name, weights_only / name)
+    """CTranslate2's own conversion of the directory, as its users make it (tokenizer
+    files included: the converted model names its rows by the tokenizer's pieces)."""
     out = work / f"ct2_{quantization}"
     converter = Path(sys.executable).parent / "ct2-transformers-converter"
     subprocess.run(
-        [str(converter), "--model", str(weights_only), "--output_dir", str(out), "--quantization", quantization],
+        [str(converter), "--model", str(hf_dir), "--output_dir", str(out), "--quantization", quantization],
         check=True,
         capture_output=True,
     )
     return out
+
+
+def token_names(ct2_dir: Path, batches: list[list[list[int]]]) -> list[str]:
+    """The converted model's name of each row. Ids go into CTranslate2 as these names, so
+    each id used must have a name of its own (the converter names rows past the
+    tokenizer's pieces after sentinels again)."""
+    names = json.loads((ct2_dir / "shared_vocabulary.json").read_text())
+    first = {}
+    for i, name in enumerate(names):
+        first.setdefault(name, i)
+    clash = sorted({i for chunk in batches for row in chunk for i in row if first[names[i]] != i})
+    if clash:
+        sys.exit(f"{ct2_dir}: ids {clash[:5]} share their token name with another row; CTranslate2 cannot take them")
+    return names
 
 
 def inputs_random(n: int, words: int, seed: int) -> list[str]:
@@ -154,49 +180,70 @@ def run_t2t(model_dir: Path, src: Path, beam: int, batch: int, length: int, engi
     return result
 
 
-def run_hf(hf_dir: Path, batches: list[list[list[int]]], beam: int, length: int) -> dict:
+def run_hf(hf_dir: Path, batches: list[list[list[int]]], beam: int, length: int, forced: bool) -> dict:
+    """HF generate; `forced`: every line runs exactly `length` steps, else until it ends."""
     import torch
     from transformers import AutoModelForSeq2SeqLM
+
+    from t2tcli.vocab import EOS_ID
 
     torch.set_num_threads(os.cpu_count() or 1)
     model = AutoModelForSeq2SeqLM.from_pretrained(str(hf_dir)).eval()
     started = time.monotonic()
-    lines = 0
+    lines = tokens = steps = 0
     with torch.inference_mode():
         for chunk in batches:
             width = max(len(x) for x in chunk)
             ids = torch.tensor([x + [0] * (width - len(x)) for x in chunk])
-            model.generate(
+            out = model.generate(
                 input_ids=ids,
                 attention_mask=(ids != 0).long(),
                 max_new_tokens=length,
-                min_new_tokens=length,
+                min_new_tokens=length if forced else 0,
                 num_beams=beam,
                 do_sample=False,
-            )
+            )[:, 1:]  # the decoder's start token
             lines += len(chunk)
-    return {"lines": lines, "tokens": lines * length, "decode_s": time.monotonic() - started, "steps_per_batch": length}
+            # The tokens a line says: padding (after its end) and EOS left out.
+            tokens += int((out > EOS_ID).sum())
+            steps += out.shape[1]
+    return {
+        "lines": lines,
+        "tokens": tokens,
+        "decode_s": time.monotonic() - started,
+        "steps_per_batch": steps / len(batches),
+    }
 
 
-def run_ct2(ct2_dir: Path, batches: list[list[list[int]]], beam: int, length: int, compute_type: str) -> dict:
+def run_ct2(
+    ct2_dir: Path, batches: list[list[list[int]]], beam: int, length: int, compute_type: str, forced: bool
+) -> dict:
+    """Bare CTranslate2; `forced` as for run_hf."""
     import ctranslate2
+
+    from t2tcli.vocab import EOS_ID, PAD_ID
 
     translator = ctranslate2.Translator(
         str(ct2_dir), device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=os.cpu_count() or 1
     )
+    names = token_names(ct2_dir, batches)
+    unsaid = {names[PAD_ID], names[EOS_ID]}  # as run_hf counts
     started = time.monotonic()
-    lines = 0
+    lines = tokens = 0
     for chunk in batches:
-        tokens = [[f"<extra_id_{i}>" for i in row] for row in chunk]
-        translator.translate_batch(
-            tokens,
+        results = translator.translate_batch(
+            [[names[i] for i in row] for row in chunk],
             beam_size=beam,
             max_decoding_length=length,
-            min_decoding_length=length,
+            min_decoding_length=length if forced else 0,
             max_input_length=0,
         )
         lines += len(chunk)
-    return {"lines": lines, "tokens": lines * length, "decode_s": time.monotonic() - started, "steps_per_batch": length}
+        tokens += sum(token not in unsaid for r in results for token in r.hypotheses[0])
+    result = {"lines": lines, "tokens": tokens, "decode_s": time.monotonic() - started}
+    if forced:  # it does not say how many steps a batch ran when lines end on their own
+        result["steps_per_batch"] = length
+    return result
 
 
 SYSTEMS = (
@@ -216,10 +263,11 @@ def measure(name: str, beam: int, src: Path, batches: list, paths: dict, args: a
         engine = "fast" if "fast" in name else "ctranslate2"
         quantization = "int8" if name.endswith("int8") else "float32"
         return run_t2t(paths["model_dir"], src, beam, args.batch_size, length, engine, quantization)
+    forced = not args.model_dir
     if name.startswith("HF"):
-        return run_hf(paths["hf_dir"], batches, beam, length)
+        return run_hf(paths["hf_dir"], batches, beam, length, forced)
     quantization = name.split()[-1]
-    return run_ct2(paths[quantization], batches, beam, length, quantization)
+    return run_ct2(paths[quantization], batches, beam, length, quantization, forced)
 
 
 def rate(result: dict) -> float:
@@ -249,7 +297,11 @@ def ratios(results: list[dict]) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hparams_set", default="t5_small")
+    parser.add_argument("--hparams_set", default="t5_small", help="the random model's shape")
+    parser.add_argument(
+        "--model_dir", help="decode this trained model_dir instead of a random model, each line until it ends"
+    )
+    parser.add_argument("--data", default="random,translation", help="inputs: random words, translation sentences")
     parser.add_argument("--lines", type=int, default=256, help="random lines (and translation sentences)")
     parser.add_argument("--words", type=int, default=9, help="words per random line (about 24 tokens)")
     parser.add_argument("--max_decode_length", type=int, default=32)
@@ -262,13 +314,20 @@ def main() -> None:
     if args.quick:
         args.lines, args.beams, args.repeats = 64, "1", 1
 
-    from t2tcli import engines, loading
-    from t2tcli.vocab import EOS_ID, Vocabulary
+    from t2tcli import decoding, engines, loading, weight_names
+    from t2tcli.vocab import Vocabulary
 
+    data_sets = args.data.split(",")
+    if unknown := set(data_sets) - {"random", "translation"}:
+        sys.exit(f"--data: unknown {', '.join(sorted(unknown))} (random, translation)")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        hf_dir, model_dir, shape = build_models(work, args.hparams_set)
+        if args.model_dir:
+            model_dir = Path(args.model_dir)
+            hf_dir, shape = export_model(model_dir, work)
+        else:
+            hf_dir, model_dir, shape = build_models(work, args.hparams_set)
         paths = {
             "hf_dir": hf_dir,
             "model_dir": model_dir,
@@ -276,13 +335,17 @@ def main() -> None:
         }
         vocab = Vocabulary(str(model_dir / "vocab.model"))
         loaded = loading.load(str(model_dir))
-        for data, lines in (
-            (f"{args.words} random words", inputs_random(args.lines, args.words, seed=1)),
-            ("translation sentences", inputs_translation(args.lines)),
-        ):
+        rows = weight_names.padded_vocab_size(vocab.vocab_size, loaded.hparams.vocab_divisor)
+        inputs = {
+            "random": (f"{args.words} random words", lambda: inputs_random(args.lines, args.words, seed=1)),
+            "translation": ("translation sentences", lambda: inputs_translation(args.lines)),
+        }
+        for data, make_lines in (inputs[name] for name in data_sets):
+            lines = make_lines()
             src = work / "inputs.txt"
             src.write_text("\n".join(lines) + "\n")
-            ids = [vocab.encode(x)[:511] + [EOS_ID] for x in lines]
+            # Cut as t2t-decode cuts them, to the model's inputs_length (EOS kept).
+            ids = [decoding.fit(vocab.encode(x), loaded.hparams.inputs_length)[0] for x in lines]
             batches = batches_of(ids, args.batch_size)
             mean_tokens = sum(map(len, ids)) / len(ids)
             for beam in [int(b) for b in args.beams.split(",")]:
@@ -305,9 +368,15 @@ def main() -> None:
                             default_system=default_system,
                         )
                     )
+    model = f"{args.model_dir} (trained)" if args.model_dir else f"{args.hparams_set} (random)"
+    lengths = (
+        f"each line until it ends, at most {args.max_decode_length} output tokens"
+        if args.model_dir
+        else f"{args.max_decode_length} output tokens a line"
+    )
     print(
-        f"{args.hparams_set} {shape} vocabulary 32128 rows, batch {args.batch_size}, "
-        f"{args.max_decode_length} output tokens a line, {os.cpu_count()} cores, {cpu_kind()} CPU"
+        f"{model} {shape} vocabulary {rows} rows, batch {args.batch_size}, {lengths}, "
+        f"{os.cpu_count()} cores, {cpu_kind()} CPU"
     )
     print(
         f"{'data':<24}{'tokens in':>10}  {'search':<8}{'system':<33}{'sent/s':>9}{'tok/s':>9}{'decode s':>10}"
@@ -320,16 +389,16 @@ def main() -> None:
             f"{r['data']:<24}{r['mean_input_tokens']:>10.1f}  {search:<8}{r['system']:<33}{rate(r):>9.1f}"
             f"{r['tokens'] / r['decode_s']:>9.0f}{r['decode_s']:>10.2f}{steps}"
         )
-    print(
-        "tok/s counts the tokens written: a random model's t2t-decode output is mostly padding, which is not "
-        "written.\nsteps: decode steps a batch took (the peers are held to --max_decode_length; t2t-decode "
-        "says its own)."
-    )
-    short = sorted(
-        {r["system"] for r in results if r.get("steps_per_batch", args.max_decode_length) < args.max_decode_length}
-    )
-    if short:
-        print(f"NOT COMPARABLE: {', '.join(short)} ran fewer than {args.max_decode_length} steps a batch")
+    print("tok/s counts the tokens written, EOS and padding left out (a random model's output is mostly padding).")
+    if args.model_dir:
+        print("steps: decode steps a batch took, on average (CTranslate2 does not say its own).")
+    else:
+        print("steps: decode steps a batch took (the peers are held to --max_decode_length; t2t-decode says its own).")
+        short = sorted(
+            {r["system"] for r in results if r.get("steps_per_batch", args.max_decode_length) < args.max_decode_length}
+        )
+        if short:
+            print(f"NOT COMPARABLE: {', '.join(short)} ran fewer than {args.max_decode_length} steps a batch")
     print()
     print("\n".join(ratios(results)))
     if args.json:

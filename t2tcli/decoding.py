@@ -135,6 +135,10 @@ class Stats:
     batches: int = 0
     # Steps the decode loops ran, summed over batches (None: the engine does not say).
     decode_steps: int | None = None
+    # Rows those steps computed, and rows x steps had every row run every step (None:
+    # the engine does not say).
+    row_steps: int | None = None
+    full_row_steps: int | None = None
     started: float = dataclasses.field(default_factory=time.monotonic)
     first_batch: float | None = None
     last_batch: float | None = None
@@ -147,6 +151,9 @@ class Stats:
         rate = self.lines / busy if busy > 0 else 0.0
         tok_rate = self.output_tokens / busy if busy > 0 else 0.0
         steps = "" if self.decode_steps is None else f", {self.decode_steps} decode steps"
+        if self.row_steps is not None and self.full_row_steps:
+            # What finished lines leaving the loop saved.
+            steps += f", {self.row_steps / self.full_row_steps:.0%} of their rows computed"
         return (
             f"{self.lines} lines ({self.empty} empty), {self.output_tokens} output tokens in {total:.1f} s "
             f"({total - busy:.1f} s start-up): {rate:.1f} sentences/s, {tok_rate:.1f} tokens/s; "
@@ -167,6 +174,9 @@ class Stats:
             return
         steps = int(prediction["decode_steps"])
         self.decode_steps = (self.decode_steps or 0) + steps
+        if "decode_row_steps" in prediction:
+            self.row_steps = (self.row_steps or 0) + int(prediction["decode_row_steps"])
+            self.full_row_steps = (self.full_row_steps or 0) + steps * int(prediction["decode_loop_rows"])
         logging.debug(
             "batch %d: %d rows, %d decode steps, %.3f s after the previous batch's results",
             number,

@@ -23,7 +23,9 @@ the caller pads the last batch to the full batch size):
   first EOS; when scoring, the given targets) and `scores` float32 [batch] (sum of the
   teacher-forced log-probabilities of `outputs`; when scoring, of the given targets).
   fast_decode's decodes also carry `decode_steps` int32 [batch]: how many steps the
-  batch's decode loop ran (it stops early once every row has ended).
+  batch's decode loop ran (it stops early once every row has ended), `decode_row_steps`:
+  the rows those steps computed, summed (finished lines leave the loop), and
+  `decode_loop_rows`: the rows it began with (batch x beams).
   Decode settings come from hparams: `beam_size` (1: greedy or sampling), `alpha`
   (beam length penalty), `temperature` (0: greedy), `top_k` (0: off) and
   `max_decode_length` (0: `targets_length`). `params={"decode": {...}}` given to
@@ -174,9 +176,19 @@ def _fast_predict_spec(hp: HParams, vocab_size: int, features: dict[str, tf.Tens
     else:
         length = int(decode["max_decode_length"] or hp.targets_length)
         decoded = fast_search.decode(weights, inputs, decode, length)
-        # Per row, so Estimator.predict can split it: the steps its batch's loop ran.
-        steps = tf.fill(tf.shape(decoded.scores), decoded.steps)
-        predictions = {"outputs": decoded.ids, "scores": decoded.scores, "decode_steps": steps}
+        # Per row, so Estimator.predict can split them: the steps its batch's loop ran,
+        # the rows those steps computed (fewer once finished lines left the loop), and
+        # the rows the loop began with (a line and its beams).
+        per_row = {
+            "decode_steps": decoded.steps,
+            "decode_row_steps": decoded.row_steps,
+            "decode_loop_rows": tf.size(decoded.scores) * max(int(decode["beam_size"]), 1),
+        }
+        predictions = {
+            "outputs": decoded.ids,
+            "scores": decoded.scores,
+            **{key: tf.fill(tf.shape(decoded.scores), value) for key, value in per_row.items()},
+        }
     return tf.estimator.EstimatorSpec(mode=ModeKeys.PREDICT, predictions=predictions)
 
 

@@ -93,6 +93,19 @@ def test_truncation_is_counted_and_warned(caplog):
     assert "2 of 3 inputs were longer than 10 tokens" in caplog.text
 
 
+def test_summary_says_how_many_rows_the_decode_steps_computed():
+    """The fast engine says the rows its loops computed; the summary turns that into the
+    share of rows x steps, which tells how much finished lines leaving the loop saved.
+    An engine that says only its steps (CTranslate2's) gets no share."""
+    stats = decoding.Stats()
+    stats.count_batch({"decode_steps": 10, "decode_row_steps": 50, "decode_loop_rows": 8}, 2)
+    stats.count_batch({"decode_steps": 6, "decode_row_steps": 14, "decode_loop_rows": 4}, 1)
+    assert stats.summary().endswith("2 batches, 16 decode steps, 62% of their rows computed")
+    steps_only = decoding.Stats()
+    steps_only.count_batch({"decode_steps": 7}, 3)
+    assert steps_only.summary().endswith("1 batch, 7 decode steps")
+
+
 def test_format_input_errors_name_the_line():
     def fmt(line: str) -> str:
         if "\t" not in line:
