@@ -72,9 +72,10 @@ class Weights:
     """The model's variables, read once per batch in the activation dtype, named as
     t2tcli.weight_names names them for this architecture.
 
-    The layers' kernels are kept [out, in] where oneDNN multiplies float32 with AVX2
+    The layers' kernels are kept [out, in] on a CPU with AVX-512 held back to AVX2
     (`numerics.transposed_kernels`; transposed once per batch, outside the decode loop),
     [in, out] as the checkpoint holds them elsewhere; `dense` multiplies by them either way.
+    The FFN's inner width may carry zero units (`numerics.ffn_padding`) that change no value.
     """
 
     def __init__(self, hp: HParams, vocab_size: int) -> None:
@@ -84,6 +85,7 @@ class Weights:
         self.activation = ACTIVATIONS[hp.ffn_activation.removeprefix("gated-")]
         self.gated = arch.gated
         self.transposed = _transposed_kernels()
+        ffn_padding = numerics.ffn_padding(_machine(), hp.d_ff)
         cast = self.cast
 
         def read(name: str) -> tf.Tensor:
@@ -91,9 +93,13 @@ class Weights:
             # its whole buffer copied) again at every step, 64 MiB for T5's embedding.
             return cast(tf.convert_to_tensor(_variable(name, shapes[name])))
 
-        def kernel(*names: str) -> tf.Tensor:
-            """The kernels of `names` side by side: one matmul computes all their outputs."""
-            fused = tf.concat([read(n) for n in names], axis=1) if len(names) > 1 else read(names[0])
+        def kernel(*names: str, zero_rows: int = 0, zero_columns: int = 0) -> tf.Tensor:
+            """The kernels of `names` side by side: one matmul computes all their outputs;
+            each kernel with zero rows and columns appended (numerics.ffn_padding)."""
+            parts = [read(n) for n in names]
+            if zero_rows or zero_columns:
+                parts = [tf.pad(x, [[0, zero_rows], [0, zero_columns]]) for x in parts]
+            fused = tf.concat(parts, axis=1) if len(parts) > 1 else parts[0]
             return tf.transpose(fused) if self.transposed else fused
 
         def attention(scope: str, fused: tuple[str, ...]) -> dict[str, tf.Tensor]:
@@ -112,8 +118,11 @@ class Weights:
                 if sublayer == "ffn":
                     kernels = weight_names.ffn(arch, side, i)
                     # A gated FFN's two input projections run as one matmul, split after.
-                    out["wi"] = kernel(*(kernels[role] for role in kernels if role != "wo"))
-                    out["wo"] = kernel(kernels["wo"])
+                    # Zero units added to the inner width stay zero through the activation
+                    # (and gate) and meet zero rows of the output kernel.
+                    inputs = (kernels[role] for role in kernels if role != "wo")
+                    out["wi"] = kernel(*inputs, zero_columns=ffn_padding)
+                    out["wo"] = kernel(kernels["wo"], zero_rows=ffn_padding)
                 else:
                     fused = ("q", "k", "v") if sublayer == "self" else ("k", "v")
                     out[sublayer] = attention(weight_names.attention(side, i, sublayer), fused)

@@ -183,18 +183,43 @@ def transposed_kernels(machine: Machine) -> bool:
     """Whether the fast decode engine should keep its kernels [out, in] (multiplying by
     them transposed) rather than [in, out] as checkpoints hold them.
 
-    oneDNN's AVX2 float32 GEMM is slow on a [in, out] kernel whose rows are a multiple
+    Only where a CPU with AVX-512 is held back to an AVX2-class ISA by ONEDNN_MAX_CPU_ISA.
+    There oneDNN's float32 GEMM is slow on an [in, out] kernel whose rows are a multiple
     of 512 floats long (T5's 512-, 1,536-, 2,048- and 3,072-wide projections): at a beam
     search step's 256 rows, [256 x 512] x [512 x 2048] ran at 100 GFLOPS, and at 184
-    with the kernel held [2048 x 512] and transposed, on a 2-core AVX512-BF16 AMD EPYC held
-    to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2); a t5_small beam search went 1.08x faster. Its AVX-512
-    GEMM is the other way round (200 against 153 GFLOPS) and its bfloat16 one even, so
-    only an AVX2-class oneDNN transposes; every GEMM there is float32 (bfloat16 ones run
-    in float32 too, t2tcli.fast_decode._matmul), so the activation dtype need not be asked.
+    with the kernel held [2048 x 512] and transposed (2-core AVX512-BF16 AMD EPYC held to
+    AVX2). A real AVX2-only CPU is the other way round: on a 2-core AVX2-only AMD EPYC the
+    same product ran at 66-73 GFLOPS as held and 45-48 transposed, and greedy t5_small
+    decoding went 13 -> 22-24 sentences/s untransposed. oneDNN's AVX-512 GEMM also
+    prefers the kernels as held (200 against 153 GFLOPS), and its bfloat16 one is even.
+    Every GEMM on a held-back CPU is float32 (bfloat16 ones run in float32 too,
+    t2tcli.fast_decode._matmul), so the activation dtype need not be asked.
     """
     if machine.device != "cpu" or not machine.onednn_enabled:
         return False
     isa = machine.onednn_max_isa
-    if isa and isa != "DEFAULT":
-        return not isa.startswith(_AVX512_ISAS)
-    return "avx512f" not in machine.cpu_flags
+    held_back = bool(isa) and isa != "DEFAULT" and not isa.startswith(_AVX512_ISAS)
+    return held_back and "avx512f" in machine.cpu_flags
+
+
+# Zero columns added to the FFN's inner width where ffn_padding() asks for them.
+FFN_PADDING = 16
+
+
+def ffn_padding(machine: Machine, d_ff: int) -> int:
+    """Zero columns the fast decode engine adds to the FFN's inner width (its input
+    kernels' outputs and its output kernel's inputs): the FFN computes the same values,
+    as the added units are zero in and out.
+
+    On a real AVX2-only CPU oneDNN's float32 GEMM slows down on a kernel whose rows are
+    a multiple of 2,048 floats (8 KiB) long, T5's d_ff of 2,048 among them: at a beam
+    search step's 256 rows, t5_small's two FFN products took 9.6 ms as held and 8.0 ms
+    with 16 zero columns more (medians of 7, 2-core AVX2-only AMD EPYC); a t5_small beam
+    4 batch went 8.5 -> 7.3-7.5 s and a greedy one 3.1 -> 2.9 s, same outputs. Widths
+    that are no multiple of 2,048 (3,072, 2,816, 1,024) did not gain. A CPU with AVX-512
+    held back to AVX2 transposes its kernels instead (transposed_kernels); AVX-512's
+    and bfloat16's GEMMs were not seen to slow down so, and keep the width as it is.
+    """
+    if machine.device != "cpu" or not machine.onednn_enabled or "avx512f" in machine.cpu_flags:
+        return 0
+    return FFN_PADDING if d_ff % 2048 == 0 else 0

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from toy_model import toy_model  # noqa: F401  (session fixture)
 
-from t2tcli import fast_decode, fast_search, model, run_info
+from t2tcli import fast_decode, fast_search, model, numerics, run_info
 from t2tcli.compat import tf
 from t2tcli.errors import UserError
 from t2tcli.vocab import EOS_ID, Vocabulary
@@ -51,12 +51,17 @@ def test_teacher_forced_scores_match_mesh_tensorflow(toy):
     assert fast[:4].mean() > fast[4:].mean()
 
 
-@pytest.mark.parametrize("transposed", [False, True], ids=["kernels_in_out", "kernels_out_in"])
+@pytest.mark.parametrize(
+    "transposed, ffn_padding",
+    [(False, 0), (True, 0), (False, 16)],
+    ids=["kernels_in_out", "kernels_out_in", "ffn_padded"],
+)
 @pytest.mark.parametrize("decode", [{"beam_size": 1}, {"beam_size": 4, "alpha": 0.0}])
-def test_decodes_match_mesh_tensorflow(toy, decode, transposed, monkeypatch):
-    """Either layout of the fast engine's kernels (numerics.transposed_kernels picks one
-    per CPU) decodes as mesh-tensorflow does."""
+def test_decodes_match_mesh_tensorflow(toy, decode, transposed, ffn_padding, monkeypatch):
+    """Every layout of the fast engine's kernels (numerics.transposed_kernels and
+    numerics.ffn_padding pick one per CPU) decodes as mesh-tensorflow does."""
     monkeypatch.setattr(fast_decode, "_transposed_kernels", lambda: transposed)
+    monkeypatch.setattr(numerics, "ffn_padding", lambda machine, d_ff: ffn_padding)
     fast_ids, fast_scores = _predict(toy, "fast", **decode)
     mesh_ids, mesh_scores = _predict(toy, "mesh", **decode)
     np.testing.assert_array_equal(fast_ids, mesh_ids)

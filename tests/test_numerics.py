@@ -78,7 +78,8 @@ def test_cpu_kind_names_the_class_a_figure_holds_for():
 @pytest.mark.parametrize(
     "machine, transposed",
     [
-        (cpu(AVX2), True),
+        (cpu(AVX2), False),
+        (cpu(AVX2, onednn_max_isa="AVX2"), False),
         (cpu(AVX512), False),
         (cpu(AVX512_BF16), False),
         (cpu(AMX, onednn_max_isa="AVX2"), True),
@@ -88,8 +89,24 @@ def test_cpu_kind_names_the_class_a_figure_holds_for():
         (numerics.Machine("gpu", AVX2, gpu_capability=(8, 0)), False),
     ],
 )
-def test_decode_kernels_are_transposed_only_for_onednns_avx2_gemm(machine, transposed):
+def test_decode_kernels_are_transposed_only_on_an_avx512_cpu_held_back_to_avx2(machine, transposed):
     assert numerics.transposed_kernels(machine) is transposed
+
+
+@pytest.mark.parametrize(
+    "machine, d_ff, padding",
+    [
+        (cpu(AVX2), 2048, numerics.FFN_PADDING),
+        (cpu(AVX2), 4096, numerics.FFN_PADDING),
+        (cpu(AVX2), 3072, 0),
+        (cpu(AVX2, onednn_enabled=False), 2048, 0),
+        (cpu(AVX512), 2048, 0),
+        (cpu(AMX, onednn_max_isa="AVX2"), 2048, 0),
+        (numerics.Machine("gpu", AVX2, gpu_capability=(8, 0)), 2048, 0),
+    ],
+)
+def test_ffn_is_padded_only_at_widths_that_slow_oneDNNs_avx2_gemm(machine, d_ff, padding):
+    assert numerics.ffn_padding(machine, d_ff) == padding
 
 
 def test_flags_are_read_from_cpuinfo_and_onednn_settings_from_the_environment(tmp_path, monkeypatch):
