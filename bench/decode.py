@@ -75,14 +75,13 @@ def cpu_kind() -> str:
     return numerics.detect().cpu_kind() + (f" held back by {', '.join(caps)}" if caps else "")
 
 
-def build_models(work: Path, hparams_set: str) -> tuple[Path, Path, dict]:
-    """(HF directory, t2tcli model_dir) of one random T5 with the set's shape, and the shape."""
+def build_models(work: Path, hparams_set: str) -> tuple[Path, Path]:
+    """(HF directory, t2tcli model_dir) of one random T5 with the set's shape."""
     import random_hf_t5
 
     from t2tcli import registry
 
     hp = registry.hparams(hparams_set)
-    shape = {k: hp.get(k) for k in SHAPE}
     hf_dir, model_dir = work / "hf", work / "model"
     random_hf_t5.build(
         str(hf_dir),
@@ -97,18 +96,14 @@ def build_models(work: Path, hparams_set: str) -> tuple[Path, Path, dict]:
         vocab_size=32128,
     )
     binary("t2t-train", f"--init_checkpoint={hf_dir}", f"--model_dir={model_dir}", "--train_steps=0")
-    return hf_dir, model_dir, shape
+    return hf_dir, model_dir
 
 
-def export_model(model_dir: Path, work: Path) -> tuple[Path, dict]:
-    """(HF directory, shape) of a trained model_dir."""
-    from t2tcli import loading
-
-    hp = loading.load(str(model_dir)).hparams
-    shape = {k: hp.get(k) for k in SHAPE}
+def export_model(model_dir: Path, work: Path) -> Path:
+    """The HF directory of a trained model_dir."""
     hf_dir = work / "hf"
     binary("t2t-export", f"--model_dir={model_dir}", "--export_format=hf", f"--export_dir={hf_dir}")
-    return hf_dir, shape
+    return hf_dir
 
 
 def convert_peer(hf_dir: Path, work: Path, quantization: str) -> Path:
@@ -325,9 +320,9 @@ def main() -> None:
         work = Path(tmp)
         if args.model_dir:
             model_dir = Path(args.model_dir)
-            hf_dir, shape = export_model(model_dir, work)
+            hf_dir = export_model(model_dir, work)
         else:
-            hf_dir, model_dir, shape = build_models(work, args.hparams_set)
+            hf_dir, model_dir = build_models(work, args.hparams_set)
         paths = {
             "hf_dir": hf_dir,
             "model_dir": model_dir,
@@ -335,6 +330,7 @@ def main() -> None:
         }
         vocab = Vocabulary(str(model_dir / "vocab.model"))
         loaded = loading.load(str(model_dir))
+        shape = {k: loaded.hparams.get(k) for k in SHAPE}
         rows = weight_names.padded_vocab_size(vocab.vocab_size, loaded.hparams.vocab_divisor)
         inputs = {
             "random": (f"{args.words} random words", lambda: inputs_random(args.lines, args.words, seed=1)),
