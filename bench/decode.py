@@ -15,8 +15,9 @@ All decode the same lines in the same batches (sorted by length, as t2t-decode s
 and exactly --max_decode_length tokens a line: a random model almost never ends a line,
 and the peers are held to that length (min = max length). Two inputs: --lines lines of
 --words random words (the fixed-shape case), and the shipped translation data's English
-sentences (mixed lengths, where sorting batches by length counts). Each figure is a
-system's best of --repeats runs; the machine's CPU kind is printed with them.
+sentences (mixed lengths, where sorting batches by length counts). The systems run in
+turns, --repeats times; each figure is a system's median run, printed with the range of
+its runs, and the machine's CPU kind is printed with them.
 
 With --model_dir, a trained model is decoded instead: every system then runs each line
 until it ends (at most --max_decode_length tokens), as users decode, so a system that
@@ -55,6 +56,7 @@ sys.path.insert(0, str(REPO / "examples"))
 ENGINE_ROWS = {"ctranslate2": "t2t-decode ctranslate2 float32", "fast": "t2t-decode fast (TF)"}
 SUMMARY = re.compile(r"(\d+) lines .*?(\d+) output tokens in ([\d.]+) s \(([\d.]+) s start-up\)")
 STEPS = re.compile(r"(\d+) batch(?:es)?, (\d+) decode steps")
+ENGINE_TIME = re.compile(r"([\d.]+) s of the ([\d.]+) s in the engine")
 # What holds this CPU's vector units back for every system measured (set them all to
 # measure an AVX2-class CPU on a newer one).
 ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
@@ -172,6 +174,9 @@ def run_t2t(model_dir: Path, src: Path, beam: int, batch: int, length: int, engi
     steps = STEPS.search(proc.stderr)
     if steps:  # how many steps its searches took
         result["steps_per_batch"] = int(steps.group(2)) / int(steps.group(1))
+    engine_time = ENGINE_TIME.search(proc.stderr)
+    if engine_time:  # the share of its decode time t2t-decode spent around CTranslate2
+        result["own_share"] = 1 - float(engine_time.group(1)) / float(engine_time.group(2))
     return result
 
 
@@ -269,6 +274,14 @@ def rate(result: dict) -> float:
     return result["lines"] / result["decode_s"]
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The run of median speed (the slower middle one of an even count). A median rather
+    than a best: this machine's speed drifts by 15-30% within minutes, and the best of a
+    few runs ranks systems by which one met a fast minute."""
+    ranked = sorted(runs, key=rate)
+    return ranked[(len(ranked) - 1) // 2]
+
+
 def ratios(results: list[dict]) -> list[str]:
     """The targets: the default CPU path against CTranslate2 float32, TensorFlow's fast
     engine against HF generate, t2t-decode's CTranslate2 int8 against CTranslate2's own."""
@@ -287,6 +300,18 @@ def ratios(results: list[dict]) -> list[str]:
                 f"{data}, {search}: t2t-decode ctranslate2 int8 / CTranslate2 int8: "
                 f"{by['t2t-decode ctranslate2 int8'] / by['CTranslate2 int8']:.2f}x",
             ]
+            # Drift-free: t2t-decode's own work, timed within each run.
+            own = [
+                share
+                for r in results
+                if r["data"] == data and r["beam"] == beam and r["system"] == "t2t-decode ctranslate2 int8"
+                for share in r["own_shares"]
+            ]
+            if own:
+                out.append(
+                    f"{data}, {search}: t2t-decode ctranslate2 int8, its own share of its decode time: "
+                    f"{min(own):.1%}-{max(own):.1%}"
+                )
     return out
 
 
@@ -302,7 +327,7 @@ def main() -> None:
     parser.add_argument("--max_decode_length", type=int, default=32)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--beams", default="1,4")
-    parser.add_argument("--repeats", type=int, default=2, help="each system's best of this many runs")
+    parser.add_argument("--repeats", type=int, default=3, help="each system's median of this many runs, in turns")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--quick", action="store_true", help="smoke run: 64 lines, greedy, 1 repeat")
     args = parser.parse_args()
@@ -347,16 +372,16 @@ def main() -> None:
             for beam in [int(b) for b in args.beams.split(",")]:
                 chosen, _ = engines.choose(loaded, {"engine": "auto", "beam_size": beam, "alpha": 0.6})
                 default_system = ENGINE_ROWS[chosen]
-                best: dict[str, dict] = {}
+                runs: dict[str, list[dict]] = {name: [] for name in SYSTEMS}
                 for _ in range(args.repeats):  # in turns, so every system sees the same weather
                     for name in SYSTEMS:
-                        result = measure(name, beam, src, batches, paths, args)
-                        if name not in best or rate(result) > rate(best[name]):
-                            best[name] = result
-                for name, result in best.items():
+                        runs[name].append(measure(name, beam, src, batches, paths, args))
+                for name, measured in runs.items():
                     results.append(
                         dict(
-                            result,
+                            median_run(measured),
+                            rates=[rate(r) for r in measured],
+                            own_shares=[r["own_share"] for r in measured if "own_share" in r],
                             system=name,
                             beam=beam,
                             data=data,
@@ -375,16 +400,19 @@ def main() -> None:
         f"{os.cpu_count()} cores, {cpu_kind()} CPU"
     )
     print(
-        f"{'data':<24}{'tokens in':>10}  {'search':<8}{'system':<33}{'sent/s':>9}{'tok/s':>9}{'decode s':>10}"
-        f"{'steps':>7}"
+        f"{'data':<24}{'tokens in':>10}  {'search':<8}{'system':<33}{'sent/s':>9}{'range':>12}{'tok/s':>9}"
+        f"{'decode s':>10}{'steps':>7}"
     )
     for r in results:
         search = "greedy" if r["beam"] == 1 else f"beam {r['beam']}"
         steps = f"{r['steps_per_batch']:>7.1f}" if "steps_per_batch" in r else f"{'-':>7}"
+        spread = f"{min(r['rates']):.1f}-{max(r['rates']):.1f}"
         print(
             f"{r['data']:<24}{r['mean_input_tokens']:>10.1f}  {search:<8}{r['system']:<33}{rate(r):>9.1f}"
+            f"{spread:>12}"
             f"{r['tokens'] / r['decode_s']:>9.0f}{r['decode_s']:>10.2f}{steps}"
         )
+    print(f"sent/s: the median of {args.repeats} runs in turns; range: the slowest and fastest of them.")
     print("tok/s counts the tokens written, EOS and padding left out (a random model's output is mostly padding).")
     if args.model_dir:
         print("steps: decode steps a batch took, on average (CTranslate2 does not say its own).")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -254,18 +255,21 @@ class Predictor:
             scores = np.zeros([len(inputs)], np.float32)
             picked = [sources[i] for i in real]
             extra: dict[str, Any] = {}
+            started = time.perf_counter()
             if "targets" in batch:
                 outputs = batch["targets"]
-                if real:
-                    for i, score in zip(real, self._score(picked, batch["targets"][real]), strict=True):
-                        scores[i] = score
+                computed = self._score(picked, batch["targets"][real]) if real else []
+                extra["engine_seconds"] = np.float32(time.perf_counter() - started)
+                for i, score in zip(real, computed, strict=True):
+                    scores[i] = score
             else:
+                translated = self._translate(picked) if real else []
+                extra["engine_seconds"] = np.float32(time.perf_counter() - started)
                 steps = 0
-                if real:
-                    for i, (ids, score) in zip(real, self._translate(picked), strict=True):
-                        outputs[i, : len(ids)] = ids
-                        scores[i] = score
-                        steps = max(steps, len(ids))
+                for i, (ids, score) in zip(real, translated, strict=True):
+                    outputs[i, : len(ids)] = ids
+                    scores[i] = score
+                    steps = max(steps, len(ids))
                 # The steps the batch's longest output took (its EOS included), as the
                 # fast engine reports the steps its loop ran.
                 extra["decode_steps"] = np.int32(steps)

@@ -106,6 +106,17 @@ def test_summary_says_how_many_rows_the_decode_steps_computed():
     assert steps_only.summary().endswith("1 batch, 7 decode steps")
 
 
+def test_summary_says_how_long_the_engine_itself_computed():
+    """An engine that says its own compute time per batch (CTranslate2's) gets it summed
+    beside the decode time, so t2t-decode's own share of it can be read off one run."""
+    stats = decoding.Stats(started=0.0)
+    stats.first_batch, stats.finished = 1.0, 11.0
+    stats.count_batch({"decode_steps": 5, "engine_seconds": 4.25}, 2)
+    stats.count_batch({"decode_steps": 3, "engine_seconds": 5.0}, 2)
+    assert stats.summary().endswith("2 batches, 8 decode steps; 9.25 s of the 10.00 s in the engine")
+    assert "in the engine" not in decoding.Stats().summary()
+
+
 def test_format_input_errors_name_the_line():
     def fmt(line: str) -> str:
         if "\t" not in line:
