@@ -27,14 +27,18 @@ def test_stdin_stdout_alignment_with_empty_lines(binary, toy_model):  # noqa: F8
     assert "\n" not in out[5]
     assert "(step 400)" in proc.stderr
     assert "sentences/s" in proc.stderr and "tokens/s" in proc.stderr
-    # The TF engines count their decode-loop steps; CTranslate2 (auto's choice where installed) does not.
+    # Which engine auto took depends on the extras installed; the fast engine adds the
+    # share of rows its loop computed, CTranslate2 the seconds it computed.
     assert re.search(r"decode engine: (fast|ctranslate2) ", proc.stderr), proc.stderr[-500:]
-    assert re.search(r"1 batch(, \d+ decode steps(, \d+% of their rows computed)?)?\n", proc.stderr), proc.stderr[-500:]
+    summary = r"1 batch, \d+ decode steps(, \d+% of their rows computed|; [\d.]+ s of the [\d.]+ s in the engine)?\n"
+    assert re.search(summary, proc.stderr), proc.stderr[-500:]
 
 
 def test_file_to_file_and_scores(binary, toy_model, tmp_path):  # noqa: F811
     src = tmp_path / "in.txt"
-    src.write_text("b c d\n\ne e a\n")
+    # No repeated tokens: the toy copy model, trained on 2 threads, is not always sure of
+    # how many times to repeat one ("e e a" came back once as "e e e a").
+    src.write_text("b c d\n\ne f a\n")
     dst = tmp_path / "out.txt"
     proc = binary(
         "t2t-decode",
@@ -44,7 +48,7 @@ def test_file_to_file_and_scores(binary, toy_model, tmp_path):  # noqa: F811
         "--decode_hparams=beam_size=2,batch_size=2",
     )
     assert proc.returncode == 0, proc.stderr
-    assert dst.read_text() == "b c d\n\ne e a\n"
+    assert dst.read_text() == "b c d\n\ne f a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt"]
 
     pairs = tmp_path / "pairs.tsv"
