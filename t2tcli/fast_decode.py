@@ -210,6 +210,11 @@ def _transposed_kernels() -> bool:
     return numerics.transposed_kernels(_machine())
 
 
+def _beam_attention_on_onednn() -> bool:
+    """Whether this process attends several queries per product on oneDNN (t2tcli.numerics.beam_attention_on_onednn)."""
+    return numerics.beam_attention_on_onednn(_machine())
+
+
 def _bfloat16_in_float32() -> bool:
     """Whether this process multiplies bfloat16 in float32 (t2tcli.numerics.emulated_einsum)."""
     return numerics.emulated_einsum(_machine())
@@ -235,11 +240,15 @@ def _attend(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, bias: tf.Tensor) -> tf.Ten
     """Softmax attention over [..., length, d_kv] tensors; logits in float32 as mesh-tf's."""
     q, k = tf.cast(q, tf.float32), tf.cast(k, tf.float32)
     queries = q.shape[-2]
-    if queries is not None and queries <= DECODE_QUERIES:
-        # A decode step's queries: hundreds of [beams x d_kv] x [d_kv x steps] products,
-        # for which Eigen (BatchMatMulV3, which oneDNN leaves alone) takes half the time
-        # of oneDNN's batch matmul, and element-wise ops a third of oneDNN's softmax.
-        # Longer queries stay with oneDNN, several times faster there.
+    decode_step = queries is not None and queries <= DECODE_QUERIES
+    if decode_step and (queries == 1 or not _beam_attention_on_onednn()):
+        # A decode step's queries: hundreds of [queries x d_kv] x [d_kv x positions]
+        # products. With one query each (greedy decoding, every self-attention step),
+        # Eigen's batch matmul (BatchMatMulV3, which oneDNN leaves alone) and an
+        # element-wise softmax beat oneDNN's on every CPU measured; a beam step's
+        # several queries per input go to oneDNN where it runs AVX-512
+        # (numerics.beam_attention_on_onednn). Longer queries (the encoder, teacher
+        # forcing) stay with oneDNN, several times faster there.
         logits = tf.raw_ops.BatchMatMulV3(x=q, y=k, adj_y=True, Tout=tf.float32) + bias
         exp = tf.exp(logits - tf.reduce_max(logits, axis=-1, keepdims=True))
         weights = exp / tf.reduce_sum(exp, axis=-1, keepdims=True)

@@ -52,16 +52,18 @@ def test_teacher_forced_scores_match_mesh_tensorflow(toy):
 
 
 @pytest.mark.parametrize(
-    "transposed, ffn_padding",
-    [(False, 0), (True, 0), (False, 16)],
-    ids=["kernels_in_out", "kernels_out_in", "ffn_padded"],
+    "transposed, ffn_padding, beam_onednn",
+    [(False, 0, False), (True, 0, False), (False, 16, False), (False, 0, True)],
+    ids=["kernels_in_out", "kernels_out_in", "ffn_padded", "beam_attention_onednn"],
 )
 @pytest.mark.parametrize("decode", [{"beam_size": 1}, {"beam_size": 4, "alpha": 0.0}])
-def test_decodes_match_mesh_tensorflow(toy, decode, transposed, ffn_padding, monkeypatch):
-    """Every layout of the fast engine's kernels (numerics.transposed_kernels and
-    numerics.ffn_padding pick one per CPU) decodes as mesh-tensorflow does."""
+def test_decodes_match_mesh_tensorflow(toy, decode, transposed, ffn_padding, beam_onednn, monkeypatch):
+    """Every layout of the fast engine's kernels and every attention kernel choice
+    (numerics.transposed_kernels, numerics.ffn_padding and
+    numerics.beam_attention_on_onednn pick one per CPU) decodes as mesh-tensorflow does."""
     monkeypatch.setattr(fast_decode, "_transposed_kernels", lambda: transposed)
     monkeypatch.setattr(numerics, "ffn_padding", lambda machine, d_ff: ffn_padding)
+    monkeypatch.setattr(fast_decode, "_beam_attention_on_onednn", lambda: beam_onednn)
     fast_ids, fast_scores = _predict(toy, "fast", **decode)
     mesh_ids, mesh_scores = _predict(toy, "mesh", **decode)
     np.testing.assert_array_equal(fast_ids, mesh_ids)

@@ -94,6 +94,23 @@ def test_decode_kernels_are_transposed_only_on_an_avx512_cpu_held_back_to_avx2(m
 
 
 @pytest.mark.parametrize(
+    "machine, onednn",
+    [
+        (cpu(AVX2), False),
+        (cpu(AVX512), True),
+        (cpu(AVX512_BF16), True),
+        (cpu(AMX, onednn_max_isa="AVX512_CORE"), True),
+        (cpu(AVX512, onednn_max_isa="DEFAULT"), True),
+        (cpu(AMX, onednn_max_isa="AVX2"), False),
+        (cpu(AVX512_BF16, onednn_enabled=False), False),
+        (numerics.Machine("gpu", AVX512, gpu_capability=(8, 0)), False),
+    ],
+)
+def test_beam_attention_runs_on_onednn_only_where_onednn_runs_avx512(machine, onednn):
+    assert numerics.beam_attention_on_onednn(machine) is onednn
+
+
+@pytest.mark.parametrize(
     "machine, d_ff, padding",
     [
         (cpu(AVX2), 2048, numerics.FFN_PADDING),
