@@ -197,10 +197,11 @@ def beam_attention_on_onednn(machine: Machine) -> bool:
     per step for t5_small's six layers at 64 inputs x 4 beams over 62 input positions, and
     a whole beam 4 decode of 256 translation sentences ran 7-10% faster in float32 and
     4-7% in bfloat16, with the same outputs (2-core AVX512-BF16 AMD EPYC). Single queries
-    (greedy decoding, every self-attention step) stay on Eigen everywhere: 3.6 against
-    4.7 ms on that CPU, and faster on Eigen held back to AVX2 too. On an AVX-512 CPU held
-    back to AVX2, oneDNN's gain was within the machine's noise (1-4%); no real AVX2-only
-    CPU has measured it, so AVX2-class CPUs keep Eigen.
+    (greedy decoding, every self-attention step) stay on Eigen everywhere: Eigen took 3.6
+    against oneDNN's 4.7 ms for them on that CPU, and was faster for them held back to
+    AVX2 too. Held back to AVX2, oneDNN's gain for a beam step was within the machine's
+    noise (1-4% of a decode); no real AVX2-only CPU has measured it, so AVX2-class CPUs
+    keep Eigen.
     """
     return onednn_avx512(machine)
 
