@@ -245,10 +245,10 @@ def _attend(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, bias: tf.Tensor) -> tf.Ten
         # A decode step's queries: hundreds of [queries x d_kv] x [d_kv x positions]
         # products. With one query each (greedy decoding, every self-attention step),
         # Eigen's batch matmul (BatchMatMulV3, which oneDNN leaves alone) and an
-        # element-wise softmax beat oneDNN's on every CPU measured; a beam step's
-        # several queries per input go to oneDNN where it runs AVX-512
-        # (numerics.beam_attention_on_onednn). Longer queries (the encoder, teacher
-        # forcing) stay with oneDNN, several times faster there.
+        # element-wise softmax beat oneDNN's wherever measured (an AVX512-BF16 CPU as
+        # itself and held back to AVX2); a beam step's several queries per input go to
+        # oneDNN where it runs AVX-512 (numerics.beam_attention_on_onednn). Longer
+        # queries (the encoder, teacher forcing) stay with oneDNN, several times faster.
         logits = tf.raw_ops.BatchMatMulV3(x=q, y=k, adj_y=True, Tout=tf.float32) + bias
         exp = tf.exp(logits - tf.reduce_max(logits, axis=-1, keepdims=True))
         weights = exp / tf.reduce_sum(exp, axis=-1, keepdims=True)
