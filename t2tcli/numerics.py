@@ -222,8 +222,8 @@ def transposed_kernels(machine: Machine) -> bool:
     Every GEMM on a held-back CPU is float32 (bfloat16 ones run in float32 too,
     t2tcli.fast_decode._matmul), so the activation dtype need not be asked.
     """
-    held_back = machine.device == "cpu" and machine.onednn_enabled and "avx512f" in machine.cpu_flags
-    return held_back and not onednn_avx512(machine)
+    avx512_cpu = machine.device == "cpu" and machine.onednn_enabled and "avx512f" in machine.cpu_flags
+    return avx512_cpu and not onednn_avx512(machine)  # held back below AVX-512
 
 
 # Zero columns added to the FFN's inner width where ffn_padding() asks for them.
