@@ -22,6 +22,7 @@ why a Problem needs no Beam-specific code.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pickle
@@ -37,6 +38,7 @@ from absl import logging
 
 from t2tcli import datagen, fs, registry, shards
 from t2tcli.errors import UserError
+from t2tcli.io import atomic
 from t2tcli.packed_encoder import PackedTextEncoder, Spans
 from t2tcli.problem import Problem, Text2TextProblem, shard_path
 from t2tcli.vocab import Vocabulary, write_model
@@ -248,7 +250,7 @@ def histogram_sum() -> Any:
 
 
 def write_summary(job: Job, items: list[Any]) -> None:
-    fs.write_atomic(os.path.join(job.staging, _SUMMARY), pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL))
+    atomic.write_bytes(os.path.join(job.staging, _SUMMARY), pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def build(pipeline: Any, job: Job, plan: datagen.Plan) -> None:
@@ -372,14 +374,28 @@ def generate(
     dry_run: bool = False,
 ) -> list[str]:
     """datagen.generate on a Beam runner: same outputs, summary lines for the log."""
-    beam = module()
+    module()
     runner_obj, pipeline_opts = pipeline_options(runner, beam_options)
     validate(runner_obj, pipeline_opts, options.data_dir)
+    with contextlib.nullcontext() if dry_run else datagen.holding(problem, options.data_dir):
+        return _launch(problem, options, runner, runner_obj, pipeline_opts, usr_dirs, dry_run)
+
+
+def _launch(
+    problem: Problem,
+    options: datagen.Options,
+    runner: str,
+    runner_obj: Any,
+    pipeline_opts: Any,
+    usr_dirs: list[str],
+    dry_run: bool,
+) -> list[str]:
+    beam = module()
     work = datagen.plan(problem, options, look=not dry_run)
     summaries = work.skipped_summaries()
     if not work.pending:
         return summaries
-    staging = os.path.join(options.data_dir, f".beam-{uuid.uuid4().hex[:12]}")
+    staging = os.path.join(options.data_dir, f".beam-{problem.name}-{uuid.uuid4().hex[:12]}")
     job = Job(
         problem.name,
         registry.code_bundles(usr_dirs),
@@ -406,7 +422,7 @@ def generate(
     fs.makedirs(options.data_dir)
     for task in work.pending:
         datagen.remove_outputs(task, options.data_dir)
-    for stale in fs.glob_in(options.data_dir, ".beam-*"):  # what a killed launcher left
+    for stale in fs.glob_in(options.data_dir, f".beam-{problem.name}-*"):  # what a killed launcher left
         fs.rmtree(stale)
     fs.makedirs(staging)
     start = time.monotonic()
@@ -471,7 +487,7 @@ def finish(work: datagen.Plan, job: Job, items: list[Any], seconds: float) -> li
                 if (task.name, split, index) in written:
                     fs.rename(staged, final)
                 else:  # no pair hashed to this shard: an empty file, as the local run writes
-                    fs.write_atomic(final, b"")
+                    atomic.write_bytes(final, b"")
                 files.append(os.path.basename(final))
             sizes = [fs.getsize(os.path.join(options.data_dir, f)) for f in files]
             splits_meta[split] = {"examples": spool.counts[split], "shards": count, "files": files, "bytes": sizes}

@@ -9,18 +9,25 @@ from __future__ import annotations
 import contextlib
 import glob
 import hashlib
+import json
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 from absl import logging
 
+from t2tcli import fs
 from t2tcli.compat import tf
 from t2tcli.errors import UserError
-from t2tcli.run_info import HPARAMS_FILE, RUN_FILE, VOCAB_FILE, atomic_copy
+from t2tcli.io import atomic, lock
+from t2tcli.run_info import HPARAMS_FILE, RUN_FILE, VOCAB_FILE
 
+# What t2t-avg-checkpoints writes beside the averaged checkpoint: the model_dir and steps it came from.
+AVERAGED_FILE = "averaged_from.json"
 _STEP_RE = re.compile(r"-(\d+)$")
 
 
@@ -73,12 +80,84 @@ def resolve(model_dir: str, spec: str | None) -> tuple[int, str]:
     return step_of(spec), spec
 
 
+PIN_PREFIX = ".reading."
+
+
+class CheckpointGone(UserError):
+    """A checkpoint was deleted before it could be read (a running trainer keeps only its
+    newest `keep_checkpoint_max`)."""
+
+    def __init__(self, checkpoint_path: str) -> None:
+        super().__init__(
+            f"checkpoint {checkpoint_path} was deleted before it could be read "
+            "(a running t2t-train keeps only its --keep_checkpoint_max newest)"
+        )
+
+
+@contextlib.contextmanager
+def pinned(checkpoint_path: str) -> Iterator[str]:
+    """A path at which the checkpoint stays readable for the whole block, even if the
+    trainer deletes it meanwhile; CheckpointGone if it is gone already.
+
+    Its files are hard-linked into a private directory beside them: a deleted file's
+    bytes live on while a link remains, and reading costs no copy. Where no link can be
+    made there (a read-only model_dir, a remote file system), the checkpoint is read where
+    it is, and a deletion under a reader is reported as one line by `readable`.
+    """
+    directory, name = os.path.split(checkpoint_path)
+    directory = directory or "."
+    pin_dir = None
+    if not fs.is_remote(checkpoint_path):
+        atomic.remove_stale(directory, PIN_PREFIX)
+        with contextlib.suppress(OSError):
+            pin_dir = tempfile.mkdtemp(prefix=f"{PIN_PREFIX}{os.getpid()}.", dir=directory)
+    if pin_dir is None:
+        yield checkpoint_path
+        return
+    try:
+        try:
+            files = [checkpoint_path + ".index", *glob.glob(glob.escape(checkpoint_path) + ".data-*")]
+            if len(files) < 2:
+                raise FileNotFoundError(checkpoint_path)
+            for path in files:
+                os.link(path, os.path.join(pin_dir, os.path.basename(path)))
+        except FileNotFoundError:
+            raise CheckpointGone(checkpoint_path) from None
+        except OSError:  # a file system without hard links
+            yield checkpoint_path
+            return
+        yield os.path.join(pin_dir, name)
+    finally:
+        shutil.rmtree(pin_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def reading(model_dir: str, spec: str | None) -> Iterator[tuple[int, str, str]]:
+    """(step, path, path to read it at) of the checkpoint `spec` names (see `resolve`),
+    pinned for the block; the latest one is looked up again if the trainer deleted it
+    meanwhile."""
+    for attempt in range(5):
+        step, path = resolve(model_dir, spec)
+        stack = contextlib.ExitStack()
+        try:
+            readable_path = stack.enter_context(pinned(path))
+        except CheckpointGone:
+            if spec not in (None, "", "latest") or attempt == 4:
+                raise
+            continue
+        with stack:
+            yield step, path, readable_path
+        return
+
+
 @contextlib.contextmanager
 def readable(checkpoint_path: str) -> Iterator[None]:
     """Turns TensorFlow's failure to read a checkpoint (a truncated or damaged data file)
     into one line naming the checkpoint."""
     try:
         yield
+    except tf.errors.NotFoundError:
+        raise CheckpointGone(checkpoint_path) from None
     except (tf.errors.OutOfRangeError, tf.errors.DataLossError, IndexError) as exc:
         # IndexError: what TensorFlow's checkpoint reader raises for a data file cut short.
         detail = str(getattr(exc, "message", exc)).strip().splitlines()[0][:200]
@@ -158,17 +237,62 @@ def average(model_dir: str, num_last: int, output_dir: str) -> tuple[str, list[i
     checkpoint, so training state read from the result matches that checkpoint.
     The run description and vocabulary are copied too: output_dir is itself a
     model_dir that eval, decode and export accept. Returns (path, steps averaged).
+    output_dir is held (`t2tcli.io.lock`) while it is written, and the checkpoints read
+    are pinned, so a trainer still writing model_dir may delete them meanwhile.
     """
     if num_last < 1:
         raise UserError(f"--num_last={num_last}: must be at least 1")
-    if os.path.abspath(output_dir) == os.path.abspath(model_dir):
-        raise UserError("--output_dir must differ from --model_dir")
-    ckpts = list_checkpoints(model_dir)
-    if not ckpts:
-        raise UserError(f"no checkpoint in --model_dir={model_dir}")
-    if len(ckpts) < num_last:
-        logging.warning("only %d checkpoints in %s; averaging all of them", len(ckpts), model_dir)
-    chosen = ckpts[-num_last:]
+    _check_average_target(model_dir, output_dir)
+    with lock.hold(output_dir, "averaged checkpoints"), contextlib.ExitStack() as pins:
+        ckpts = list_checkpoints(model_dir)
+        if len(ckpts) < num_last:
+            logging.warning("only %d checkpoints in %s; averaging all of them", len(ckpts), model_dir)
+        chosen = []
+        for step, path in ckpts[-num_last:]:
+            try:
+                chosen.append((step, pins.enter_context(pinned(path))))
+            except CheckpointGone as exc:
+                logging.warning("%s; averaging the others", exc)
+        if not chosen:
+            raise UserError(f"no checkpoint in --model_dir={model_dir}")
+        values, newest_step = _averaged_values(chosen)
+        out_path = os.path.join(output_dir, f"model.ckpt-{newest_step}")
+        write_checkpoint(values, out_path)
+        for name in (RUN_FILE, HPARAMS_FILE, VOCAB_FILE):
+            src = os.path.join(model_dir, name)
+            if os.path.exists(src):
+                atomic.copy(src, os.path.join(output_dir, name))
+        source = {"model_dir": os.path.realpath(model_dir), "steps": [s for s, _ in chosen]}
+        atomic.write_text(os.path.join(output_dir, AVERAGED_FILE), json.dumps(source, indent=2) + "\n")
+    return out_path, [s for s, _ in chosen]
+
+
+def _check_average_target(model_dir: str, output_dir: str) -> None:
+    """A one-line error when averaging into output_dir would overwrite a run: model_dir
+    itself (by any path, symlinks included) or another model_dir. A directory an earlier
+    average of this same model_dir wrote may be written again."""
+    if atomic.same_file(output_dir, model_dir):
+        raise UserError(f"--output_dir={output_dir} is --model_dir={model_dir}; average into another directory")
+    if not os.path.isdir(output_dir):
+        return
+    holds_run = os.path.exists(os.path.join(output_dir, RUN_FILE)) or bool(list_checkpoints(output_dir))
+    if not holds_run:
+        return
+    try:
+        with open(os.path.join(output_dir, AVERAGED_FILE), encoding="utf-8") as f:
+            source = json.load(f)
+        same_source = isinstance(source, dict) and source.get("model_dir") == os.path.realpath(model_dir)
+    except (OSError, ValueError):
+        same_source = False
+    if not same_source:
+        raise UserError(
+            f"--output_dir={output_dir} holds another run (its run.json or checkpoints), which averaging would "
+            "overwrite; use a new or empty directory"
+        )
+
+
+def _averaged_values(chosen: list[tuple[int, str]]) -> tuple[dict[str, Any], int]:
+    """The mean of the float variables of `chosen` checkpoints (others from the newest), and its step."""
     newest_step, newest_path = chosen[-1]
     for _, path in chosen:  # every input checked before any is read or anything written
         check_complete(path)
@@ -189,15 +313,7 @@ def average(model_dir: str, num_last: int, output_dir: str) -> tuple[str, list[i
                 values[n] = values[n] + reader.get_tensor(n)
     for n in floats:
         values[n] = (values[n] / len(chosen)).astype(dtypes[n].as_numpy_dtype)
-
-    os.makedirs(output_dir, exist_ok=True)
-    out_path = os.path.join(output_dir, f"model.ckpt-{newest_step}")
-    write_checkpoint(values, out_path)
-    for name in (RUN_FILE, HPARAMS_FILE, VOCAB_FILE):
-        src = os.path.join(model_dir, name)
-        if os.path.exists(src):
-            atomic_copy(src, os.path.join(output_dir, name))
-    return out_path, [s for s, _ in chosen]
+    return values, newest_step
 
 
 def write_checkpoint(values: dict, out_path: str) -> None:

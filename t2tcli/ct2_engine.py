@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from t2tcli import weight_names
+from t2tcli import fs, weight_names
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.vocab import EOS_ID, PAD_ID, Vocabulary
@@ -147,6 +147,15 @@ def build_spec(values: dict[str, np.ndarray], hp: HParams, vocab_size: int, voca
     spec.config.layer_norm_epsilon = 1e-6
     del ct2
     return spec
+
+
+def cache_root(model_dir: str) -> str:
+    """Where converted models are kept: in the model_dir, or, where it cannot be written (read-only
+    storage, a bucket), in the user's cache; the entries are keyed by the checkpoint's content."""
+    if not fs.is_remote(model_dir) and os.access(model_dir, os.W_OK | os.X_OK):
+        return os.path.join(model_dir, CACHE_DIR)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "t2tcli", CACHE_DIR)
 
 
 def converted(

@@ -15,6 +15,7 @@ less is regenerated from scratch on the next run.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import gc
@@ -38,6 +39,7 @@ from tqdm import tqdm
 
 from t2tcli import fs, shards
 from t2tcli.errors import UserError
+from t2tcli.io import atomic, lock
 from t2tcli.packed_encoder import PackedTextEncoder
 from t2tcli.preprocessing import ChunkPreprocessor
 from t2tcli.problem import Problem, Text2TextProblem, meta_path, read_meta, shard_path, vocab_path
@@ -229,28 +231,41 @@ def generate(problem: Problem, options: Options) -> list[str]:
             f"--data_dir={options.data_dir}: the local run writes local files; a remote data_dir takes "
             "--beam_runner (FnApiRunner runs the pipeline in this process)"
         )
-    os.makedirs(options.data_dir, exist_ok=True)
-    work = plan(problem, options)
-    for task in work.pending + work.complete:  # what a killed run left, complete components' too
-        shutil.rmtree(_work_dir(task, options), ignore_errors=True)
-    summaries = work.skipped_summaries()
-    if not work.pending:
-        return summaries
-    for task in work.pending:
-        remove_outputs(task, options.data_dir)
-    _keep_freed_memory()
-    # Millions of short-lived strings and lists, no reference cycles: the automatic
-    # cyclic collector would keep rescanning them, costing a large share of the run
-    # time. The chunk loops collect the young generations themselves instead.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return summaries + _generate(
-            problem, options, work.pending, work.vocab_file, work.source_vocab, work.need_vocab, work.fingerprints
-        )
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    with holding(problem, options.data_dir):
+        work = plan(problem, options)
+        for task in work.pending + work.complete:  # what a killed run left, complete components' too
+            shutil.rmtree(_work_dir(task, options), ignore_errors=True)
+        summaries = work.skipped_summaries()
+        if not work.pending:
+            return summaries
+        for task in work.pending:
+            remove_outputs(task, options.data_dir)
+        _keep_freed_memory()
+        # Millions of short-lived strings and lists, no reference cycles: the automatic
+        # cyclic collector would keep rescanning them, costing a large share of the run
+        # time. The chunk loops collect the young generations themselves instead.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return summaries + _generate(
+                problem, options, work.pending, work.vocab_file, work.source_vocab, work.need_vocab, work.fingerprints
+            )
+        except OSError as exc:
+            if exc.filename is None:  # a write into the work directory or a bucket: name where it went
+                raise OSError(exc.errno, exc.strerror or str(exc), options.data_dir) from None
+            raise
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+
+
+def holding(problem: Problem, data_dir: str) -> contextlib.AbstractContextManager[None]:
+    """Holds data_dir's locks of every component of `problem` and of its vocabulary, so two
+    runs never write one problem's shards, work directory or vocabulary at once (both
+    runners take them; `t2tcli.io.lock` says what they guarantee where)."""
+    vocab_name = os.path.basename(problem.vocab_file(data_dir))
+    names = [(f".{task.name}.lock", f"problem {task.name}") for task, _ in problem.components()]
+    return lock.hold_all(data_dir, [*names, (f".{vocab_name}.lock", f"vocabulary {vocab_name}")])
 
 
 def _keep_freed_memory() -> None:
@@ -826,7 +841,7 @@ def build_meta(
 
 
 def write_meta(task: Text2TextProblem, options: Options, meta: dict[str, Any]) -> None:
-    fs.write_atomic(
+    atomic.write_bytes(
         meta_path(options.data_dir, task.name), (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode()
     )
 

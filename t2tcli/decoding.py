@@ -291,6 +291,19 @@ class Job:
     batch_size: int
     format_input: Callable[[str], str] = textio.unescape
     source_name: str = "input"
+    # Text past this many characters is cut before it is tokenized (0: never): a line of
+    # megabytes would cost gigabytes to tokenize in full, and only its first tokens are kept.
+    max_chars: int = 0
+
+    def tokens(self, text: str) -> list[int]:
+        """The ids of `text`, tokenized no further than `max_chars` characters.
+
+        Whitespace runs are squeezed first in a text that long (SentencePiece's normalizer
+        squeezes them anyway), so a run of spaces cannot hide the words after it.
+        """
+        if self.max_chars and len(text) > self.max_chars:
+            text = " ".join(text.split())[: self.max_chars]
+        return self.encode(text)
 
 
 def _parse_line(line: str, index: int, job: Job, scoring: bool) -> tuple[str, str | None]:
@@ -319,20 +332,22 @@ def _rows(lines: Iterable[str], job: Job, writer: OrderedWriter, stats: Stats, s
             writer.put(index, "")
             continue
         text, target_text = _parse_line(line, index, job, scoring)
-        inputs, cut = fit(job.encode(text), job.inputs_length)
+        ids = job.tokens(text)
+        inputs, cut = fit(ids, job.inputs_length)
         if cut:
             stats.truncated_inputs += 1
             if stats.truncated_inputs <= MAX_TRUNCATION_WARNINGS:
                 logging.warning(
-                    "%s:%d: input of %d tokens truncated to %d",
+                    "%s:%d: input of %d%s tokens truncated to %d",
                     job.source_name,
                     index + 1,
-                    len(job.encode(text)) + 1,
+                    len(ids) + 1,
+                    " or more" if job.max_chars and len(text) > job.max_chars else "",
                     job.inputs_length,
                 )
         targets = None
         if target_text is not None:
-            targets, cut = fit(job.encode(textio.unescape(target_text)), job.targets_length)
+            targets, cut = fit(job.tokens(textio.unescape(target_text)), job.targets_length)
             stats.truncated_targets += cut
         yield Row(index, inputs, targets)
 
@@ -416,9 +431,9 @@ def scan_lengths(lines: Iterable[str], job: Job, scoring: bool) -> tuple[int, in
         if not line.strip():
             continue
         text, target_text = _parse_line(line, index, job, scoring)
-        longest_inputs = max(longest_inputs, len(job.encode(text)) + 1)
+        longest_inputs = max(longest_inputs, len(job.tokens(text)) + 1)
         if target_text is not None:
-            longest_targets = max(longest_targets, len(job.encode(textio.unescape(target_text))) + 1)
+            longest_targets = max(longest_targets, len(job.tokens(textio.unescape(target_text))) + 1)
     return longest_inputs, longest_targets
 
 

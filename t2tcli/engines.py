@@ -22,7 +22,6 @@ about twice as fast as CTranslate2 float32 on a 2-core AVX512-BF16 CPU
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -78,7 +77,7 @@ def predictor(model: LoadedModel, decode: dict[str, Any], checkpoint_path: str, 
 
         path = ct2_engine.converted(
             checkpoint_path,
-            os.path.join(model.model_dir, ct2_engine.CACHE_DIR),
+            ct2_engine.cache_root(model.model_dir),
             model.hparams,
             model.vocab,
             quantization,

@@ -22,11 +22,11 @@ from typing import Any, Protocol
 
 from absl import logging
 
-from t2tcli import checkpoints, metrics, textio
+from t2tcli import checkpoints, metrics, run_info, textio
 from t2tcli import problem as problem_lib
 from t2tcli.decoding import fit
 from t2tcli.errors import UserError
-from t2tcli.run_info import atomic_write_text
+from t2tcli.io import atomic
 from t2tcli.vocab import EOS_ID
 
 RESULTS_FILE = "metrics.jsonl"
@@ -105,8 +105,9 @@ class Evaluator:
         for task in tasks:
             metrics.check_names(task.metric_names, f"problem '{task.name}'")
 
-    def evaluate(self, step: int, path: str) -> list[dict[str, Any]]:
-        """Records (and returns) one result per task for the checkpoint at `path`.
+    def evaluate(self, step: int, path: str, read_at: str = "") -> list[dict[str, Any]]:
+        """Records (and returns) one result per task for the checkpoint at `path`, read at
+        `read_at` when given (a pinned copy: `checkpoints.pinned`).
 
         All tasks share one decode and one scoring pass, so the model graph is built
         twice per checkpoint however many problems a mixture has.
@@ -119,8 +120,8 @@ class Evaluator:
                 inputs.append(fit(ex.inputs, self.inputs_length)[0])
                 targets.append(fit(ex.targets, self.targets_length)[0])
         logging.info("evaluating step %d (%s) on %d %s examples", step, path, len(inputs), self.split)
-        outputs = self.backend.decode(path, inputs)
-        scores = self.backend.score(path, inputs, targets)
+        outputs = self.backend.decode(read_at or path, inputs)
+        scores = self.backend.score(read_at or path, inputs, targets)
         records = []
         offset = 0
         for task in self.tasks:
@@ -169,7 +170,7 @@ class ResultsSink:
         the split's order; returns the file's name within the directory."""
         name = f"{problem}-{step}.predictions.txt"
         os.makedirs(self.directory, exist_ok=True)
-        atomic_write_text(os.path.join(self.directory, name), "".join(textio.escape(t) + "\n" for t in texts))
+        atomic.write_text(os.path.join(self.directory, name), "".join(textio.escape(t) + "\n" for t in texts))
         return name
 
     def write(self, record: dict[str, Any]) -> None:
@@ -181,9 +182,11 @@ class ResultsSink:
         earlier = self._lines()
         if any(_key_of(old) == key for old in earlier):
             kept = [old for old in earlier if _key_of(old) != key]
-            atomic_write_text(self.path, "".join(old + "\n" for old in kept) + line + "\n")
+            atomic.write_text(self.path, "".join(old + "\n" for old in kept) + line + "\n")
         else:
-            with open(self.path, "a", encoding="utf-8") as f:
+            # Never through a symlink: a model_dir from elsewhere could plant one here.
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+            with os.fdopen(fd, "a", encoding="utf-8") as f:
                 f.write(line + "\n")
                 f.flush()
                 os.fsync(f.fileno())
@@ -234,11 +237,11 @@ def _key_of(line: str) -> tuple[Any, ...] | None:
 def train_steps(model_dir: str) -> int | None:
     """The step at which the training run writing model_dir stops, if recorded."""
     try:
-        with open(os.path.join(model_dir, "run.json"), encoding="utf-8") as f:
-            value = json.load(f).get("flags", {}).get("train_steps")
-    except (OSError, json.JSONDecodeError):
+        info = run_info.load_run(model_dir)
+    except UserError:
         return None
-    return int(value) if value else None
+    value = info.flags.get("train_steps")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def wait_for_run(
@@ -311,7 +314,7 @@ def follow(
 def _vanished_errors() -> tuple[type[BaseException], ...]:
     from t2tcli.compat import tf
 
-    return (tf.errors.NotFoundError, FileNotFoundError)
+    return (tf.errors.NotFoundError, FileNotFoundError, checkpoints.CheckpointGone)
 
 
 def table(records: list[dict[str, Any]]) -> str:

@@ -23,6 +23,7 @@ from t2tcli import checkpoints, fast_decode, fast_search
 from t2tcli.compat import tf
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
+from t2tcli.io import atomic
 from t2tcli.loading import LoadedModel, build_estimator
 from t2tcli.vocab import EOS_ID
 
@@ -94,7 +95,14 @@ def serving_model_fn(hp: HParams, vocab_size: int, proto: bytes, decode: dict[st
     return fn
 
 
-def export(model: LoadedModel, export_dir: str, checkpoint_path: str, decode: dict[str, Any], batch_size: int) -> str:
+def export(
+    model: LoadedModel,
+    export_dir: str,
+    checkpoint_path: str,
+    decode: dict[str, Any],
+    batch_size: int,
+    recorded_checkpoint: str = "",
+) -> str:
     """Writes a SavedModel under export_dir/<timestamp> (TF Serving's version layout)."""
     if decode.get("engine") == "mesh":
         raise UserError("a SavedModel decodes with the fast engine: drop engine=mesh from --decode_hparams")
@@ -119,14 +127,13 @@ def export(model: LoadedModel, export_dir: str, checkpoint_path: str, decode: di
         raise
     path = path.decode() if isinstance(path, bytes) else path
     info = {
-        "checkpoint": checkpoint_path,
+        "checkpoint": recorded_checkpoint or checkpoint_path,
         "problem": model.problem.name if model.problem else None,
         "batch_size": batch_size,
         "inputs_length": inputs_length,
         "decode": decode,
         "signature": {"inputs": "string [n]", "outputs": "string [n]", "scores": "float32 [n]"},
     }
-    with open(os.path.join(path, INFO_FILE), "w", encoding="utf-8") as f:
-        json.dump(info, f, indent=2, sort_keys=True)
+    atomic.write_text(os.path.join(path, INFO_FILE), json.dumps(info, indent=2, sort_keys=True))
     logging.info("exported %s (%s)", path, json.dumps(decode, sort_keys=True))
     return path

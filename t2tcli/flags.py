@@ -14,6 +14,12 @@ flags.DEFINE_string("model_dir", None, "Directory of checkpoints and run descrip
 flags.DEFINE_string("hparams_set", None, "Registered hparams set (see --registry_help).")
 flags.DEFINE_string("hparams", "", 'Overrides, e.g. "d_model=256,layout=batch:batch;d_ff:model".')
 flags.DEFINE_multi_string("usr_dir", [], "Directory or file of user code that registers problems / hparams sets.")
+flags.DEFINE_boolean(
+    "trust_usr_dir",
+    False,
+    "Import the user code a --model_dir's run.json names (its training run's --usr_dir). Without it that code "
+    "runs only when --usr_dir names it: a model_dir from elsewhere cannot run code on this machine.",
+)
 flags.DEFINE_boolean("registry_help", False, "List registered problems, mixtures and hparams sets, then exit.")
 flags.DEFINE_boolean("hparams_help", False, "Print every hparam of --hparams_set (or --model_dir's run), then exit.")
 flags.DEFINE_boolean("progress", None, "Show a progress bar on stderr (default: when stderr is a terminal).")

@@ -51,6 +51,10 @@ def exists(path: str) -> bool:
     return _gfile().exists(path) if is_remote(path) else os.path.exists(path)
 
 
+def isdir(path: str) -> bool:
+    return _gfile().isdir(path) if is_remote(path) else os.path.isdir(path)
+
+
 def getsize(path: str) -> int:
     return _gfile().stat(path).length if is_remote(path) else os.path.getsize(path)
 
@@ -58,19 +62,6 @@ def getsize(path: str) -> int:
 def read_bytes(path: str) -> bytes:
     with open_file(path, "rb") as f:
         return f.read()
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    """Writes `path` so that it is complete or absent: a temporary name, then a rename
-    (a killed writer's temporary of the same path is removed first)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    if not is_remote(path):
-        from t2tcli import paths
-
-        paths.remove_stale_temporaries(os.path.dirname(path) or ".", os.path.basename(path) + ".tmp")
-    with open_file(tmp, "wb") as f:
-        f.write(data)
-    rename(tmp, path)
 
 
 def rename(source: str, target: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gin
 
 from t2tcli import compat  # noqa: F401  (shims before mesh_tensorflow)
+from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.mesh import spec_from_hparams
 from t2tcli.weight_names import is_gated
@@ -25,6 +26,25 @@ def gathers_embeddings(hp: HParams, use_tpu: bool) -> bool:
     one-hot einsum: off TPU, when the mesh splits neither the ids nor the vocabulary."""
     spec = spec_from_hparams(hp)
     return not use_tpu and all(spec.split_of(d) == 1 for d in ("batch", "length", "vocab"))
+
+
+def _literal(hp: HParams, key: str, kind: type) -> str:
+    """The hparam as a Python literal gin parses back to the same value; anything but a
+    value of `kind` is refused, so no text from a model_dir can add a binding or an import."""
+    value = hp.get(key)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if type(value) is not kind:
+        raise UserError(f"hparam '{key}': expected {kind.__name__}, got {type(value).__name__} {value!r:.80}")
+    return repr(value)
+
+
+def _quoted(value: str | list[str]) -> str:
+    """A string (or list of strings) as a quoted literal on one line."""
+    items = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, str) for v in items):
+        raise UserError(f"expected text for a gin string, got {value!r:.80}")
+    return repr(value)
 
 
 def bindings(hp: HParams, use_tpu: bool = False) -> list[str]:
@@ -43,30 +63,30 @@ def bindings(hp: HParams, use_tpu: bool = False) -> list[str]:
         f"encoder/make_layer_stack.layers = [@{_LAYERS}.SelfAttention, @{_LAYERS}.DenseReluDense]",
         f"decoder/make_layer_stack.layers = "
         f"[@{_LAYERS}.SelfAttention, @{_LAYERS}.EncDecAttention, @{_LAYERS}.DenseReluDense]",
-        f"encoder/make_layer_stack.num_layers = {hp.num_encoder_layers}",
-        f"decoder/make_layer_stack.num_layers = {hp.num_decoder_layers}",
+        f"encoder/make_layer_stack.num_layers = {_literal(hp, 'num_encoder_layers', int)}",
+        f"decoder/make_layer_stack.num_layers = {_literal(hp, 'num_decoder_layers', int)}",
         "make_layer_stack.block_scope = True",
         "LayerStack.sublayers_initial = [@transformer.sublayer_dropout]",
         f"LayerStack.sublayers_per_layer = [@transformer.{norm}, @transformer.sublayer_call_layer, "
         "@transformer.sublayer_dropout, @transformer.sublayer_residual]",
         f"LayerStack.sublayers_final = [@transformer.{final_norm}, @transformer.sublayer_dropout]",
-        f"sublayer_dropout.dropout_rate = {hp.dropout_rate!r}",
-        f"Unitransformer.d_model = {hp.d_model}",
-        f"Unitransformer.shared_embedding_and_softmax_weights = {bool(hp.tie_embeddings)}",
+        f"sublayer_dropout.dropout_rate = {_literal(hp, 'dropout_rate', float)}",
+        f"Unitransformer.d_model = {_literal(hp, 'd_model', int)}",
+        f"Unitransformer.shared_embedding_and_softmax_weights = {_literal(hp, 'tie_embeddings', bool)}",
         "Unitransformer.positional_embedding = False",
         "Unitransformer.max_length = 512",
-        f"Unitransformer.vocab_divisor = {hp.vocab_divisor}",
-        f"Unitransformer.z_loss = {hp.z_loss!r}",
-        f"decoder/Unitransformer.label_smoothing = {hp.label_smoothing!r}",
+        f"Unitransformer.vocab_divisor = {_literal(hp, 'vocab_divisor', int)}",
+        f"Unitransformer.z_loss = {_literal(hp, 'z_loss', float)}",
+        f"decoder/Unitransformer.label_smoothing = {_literal(hp, 'label_smoothing', float)}",
         "Bitransformer.shared_embedding = True",
-        f"SelfAttention.num_heads = {hp.num_heads}",
-        f"SelfAttention.key_value_size = {hp.d_kv}",
-        f"SelfAttention.dropout_rate = {hp.dropout_rate!r}",
+        f"SelfAttention.num_heads = {_literal(hp, 'num_heads', int)}",
+        f"SelfAttention.key_value_size = {_literal(hp, 'd_kv', int)}",
+        f"SelfAttention.dropout_rate = {_literal(hp, 'dropout_rate', float)}",
         "SelfAttention.relative_attention_type = 'bias_shared'",
-        f"SelfAttention.relative_attention_num_buckets = {hp.relative_attention_num_buckets}",
-        f"DenseReluDense.hidden_size = {hp.d_ff}",
-        f"DenseReluDense.dropout_rate = {hp.dropout_rate!r}",
-        f"DenseReluDense.activation = {activation!r}",
+        f"SelfAttention.relative_attention_num_buckets = {_literal(hp, 'relative_attention_num_buckets', int)}",
+        f"DenseReluDense.hidden_size = {_literal(hp, 'd_ff', int)}",
+        f"DenseReluDense.dropout_rate = {_literal(hp, 'dropout_rate', float)}",
+        f"DenseReluDense.activation = {_quoted(activation)}",
     ]
     if gathers_embeddings(hp, use_tpu):
         out.append("get_vocab_embedding_cls.cls = @t2tcli.GatherVocabEmbedding")

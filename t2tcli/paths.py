@@ -2,12 +2,11 @@
 
 A binary that would fail to write its output only after minutes of work (an output
 directory that is a file, has no write permission, or cannot be created) says so at
-start instead, and temporary files that killed runs left behind are cleared.
+start instead.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 from t2tcli.errors import UserError
@@ -41,27 +40,3 @@ def check_output_file(path: str, flag: str) -> None:
         raise UserError(f"--{flag}={path}: directory {directory} does not exist")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise UserError(f"--{flag}={path}: no permission to write in {directory}")
-
-
-def remove_stale_temporaries(directory: str, prefix: str) -> None:
-    """Removes `<prefix><pid>` files of processes that no longer run (e.g. killed ones), so
-    an interrupted run leaves nothing behind once the next one starts."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    for name in names:
-        pid = name[len(prefix) :]
-        if name.startswith(prefix) and pid.isdigit() and not _running(int(pid)):
-            with contextlib.suppress(OSError):
-                os.remove(os.path.join(directory, name))
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -196,6 +196,11 @@ def import_code_bundles(bundles: tuple[CodeBundle, ...], scratch: str) -> None:
         import_usr_dir(str(home / Path(path).name))
 
 
+def imported(usr_dir: str) -> bool:
+    """Whether the code at `usr_dir` (any spelling of its path) is imported already."""
+    return Path(usr_dir).expanduser().resolve() in _IMPORTED_DIRS
+
+
 def import_usr_dir(usr_dir: str) -> None:
     """Imports a directory of user code so its decorators register problems / hparams.
 

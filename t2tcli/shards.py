@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import google_crc32c
 import numpy as np
 
-from t2tcli import fs
+from t2tcli.io import atomic
 from t2tcli.packed_encoder import Spans, interleave, pack_ids, varint
 from t2tcli.vocab import EOS_ID
 
@@ -142,11 +142,9 @@ def write_records(records: Spans, final_path: str, seed: int | None) -> int:
     remote; written under a temporary name and renamed); returns the count."""
     if seed is not None:
         records = records.take(np.random.default_rng(seed).permutation(len(records)))
-    tmp = f"{final_path}.tmp{os.getpid()}"
-    with fs.open_file(tmp, "wb") as f:
+    with atomic.output(final_path, "wb") as f:
         for start in range(0, len(records), _WRITE_BLOCK):
             f.write(records.take(slice(start, start + _WRITE_BLOCK)).joined().tobytes())
-    fs.rename(tmp, final_path)
     return len(records)
 
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 from collections.abc import Iterator
 from typing import BinaryIO, TextIO
 
 from t2tcli import paths
 from t2tcli.errors import UserError
+from t2tcli.io import atomic
 
 _UNESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\"}
 
@@ -79,9 +81,20 @@ def _lines(stream: BinaryIO, name: str, flag: str) -> Iterator[str]:
         yield line
 
 
-def count_lines(path: str) -> int | None:
-    """Number of lines of a file (None for stdin), for the progress bar's total."""
+def rereadable(path: str) -> bool:
+    """Whether `path` is a regular file, which can be read twice; stdin, a pipe, a FIFO,
+    `/dev/stdin` or a process substitution (`<(...)`) yield their lines only once."""
     if path == "-":
+        return False
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def count_lines(path: str) -> int | None:
+    """Number of lines of a regular file (None for a stream), for the progress bar's total."""
+    if not rereadable(path):
         return None
     n = 0
     last = b"\n"
@@ -94,27 +107,12 @@ def count_lines(path: str) -> int | None:
 
 @contextlib.contextmanager
 def atomic_output(path: str, flag: str) -> Iterator[TextIO]:
-    """A text stream for `path` that appears under its name only once complete.
-
-    Writes go to a temporary name in the same directory and are renamed on success;
-    on failure the temporary file is removed, so a complete-looking output is always
-    complete. '-' is stdout, flushed line by line by the caller.
-    """
+    """A text stream for `path` that appears under its name only once complete
+    (`t2tcli.io.atomic`); '-' is stdout, flushed line by line by the caller."""
     if path == "-":
         yield sys.stdout
         sys.stdout.flush()
         return
     paths.check_output_file(path, flag)
-    directory = os.path.dirname(os.path.abspath(path))
-    paths.remove_stale_temporaries(directory, f".{os.path.basename(path)}.tmp")
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
-    f = open(tmp, "w", encoding="utf-8", newline="\n")  # noqa: SIM115 - closed below
-    try:
+    with atomic.output(path, "w") as f:
         yield f
-        f.close()
-        os.replace(tmp, path)
-    except BaseException:
-        f.close()
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise

@@ -8,22 +8,25 @@ checkpoint); one that already reached `--train_steps` is left alone.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import shutil
+import signal
 import tempfile
 from typing import Any
 
 from absl import logging
 
-from t2tcli import checkpoints, hf_t5, inputs, model, numerics, registry, run_info
+from t2tcli import checkpoints, fs, hf_t5, inputs, interrupts, model, numerics, registry, run_info
 from t2tcli import mesh as meshlib
 from t2tcli import problem as problem_lib
 from t2tcli.compat import tf
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
+from t2tcli.io import atomic, lock
 from t2tcli.vocab import Vocabulary
 
 SCHEDULES = ("train", "train_and_evaluate")
@@ -239,13 +242,58 @@ def run(cfg: TrainConfig) -> int:
     info = run_info.RunInfo(
         problem=cfg.problem or "",
         hparams_set=cfg.hparams_set,
-        data_dir=os.path.abspath(cfg.data_dir) if cfg.data_dir else "",
-        usr_dir=",".join(cfg.usr_dirs),
+        data_dir=os.path.abspath(cfg.data_dir) if cfg.data_dir and not fs.is_remote(cfg.data_dir) else cfg.data_dir,
+        usr_dirs=run_info.absolute_usr_dirs(cfg.usr_dirs),
         flags=cfg.flags,
         activation_dtype=numerics.resolve(hp.activation_dtype, use_tpu=bool(cfg.tpu)),
     )
-    run_info.save(cfg.model_dir, info, hp, proto)
-    logging.info("hparams: %s", json.dumps(hp.values(), sort_keys=True))
+    writes = _writes_checkpoints()
+    with lock.hold(cfg.model_dir, "a training run") if writes else contextlib.nullcontext():
+        if writes:
+            _remove_partial_saves(cfg.model_dir)
+        run_info.save(cfg.model_dir, info, hp, proto)
+        logging.info("hparams: %s", json.dumps(hp.values(), sort_keys=True))
+        try:
+            return _train(cfg, hp, vocab_size, pretrained, pretrained_values, step)
+        except tf.errors.OpError as exc:
+            if not atomic.is_disk_full(exc):
+                raise
+            if writes:
+                _remove_partial_saves(cfg.model_dir)
+            raise UserError(
+                f"--model_dir={cfg.model_dir}: no space left on device while training; free some and run the same "
+                f"command to resume from step {latest_step(cfg.model_dir)}"
+            ) from None
+
+
+def _writes_checkpoints() -> bool:
+    """Whether this task writes the model_dir: the only one, or a cluster's chief (its
+    workers and parameter servers share the chief's model_dir and run)."""
+    task = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task", {})
+    return not task or task.get("type") in ("chief", "master")
+
+
+def _remove_partial_saves(model_dir: str) -> None:
+    """Removes what a save cut short left: a checkpoint's `_temp` shards directory, a
+    half-written graph file. Only the lock holder calls it, so no save is in progress."""
+    for pattern in ("*.ckpt-*_temp*", "graph.pbtxt.tmp*"):
+        for path in fs.glob_in(model_dir, pattern):
+            logging.info("removing %s, left by an interrupted save", path)
+            if fs.isdir(path):
+                fs.rmtree(path)
+            else:
+                fs.remove(path)
+
+
+def _train(
+    cfg: TrainConfig,
+    hp: HParams,
+    vocab_size: int,
+    pretrained: hf_t5.HfModel | None,
+    pretrained_values: dict[str, Any] | None,
+    step: int,
+) -> int:
+    """Trains (or writes step 0) once the run is recorded; a stop signal saves the step reached."""
     converted = None
     try:
         init = cfg.init_checkpoint
@@ -287,23 +335,35 @@ def run(cfg: TrainConfig) -> int:
             return 0
         inputs.log_truncation(cfg.data_dir, cfg.problem, "train", hp)
         train_fn = inputs.input_fn(cfg.data_dir, cfg.problem, "train", hp, training=True, seed=cfg.random_seed)
+        stop = interrupts.GracefulStop()
         try:
-            if cfg.schedule == "train" and not os.environ.get("TF_CONFIG"):
-                estimator.train(train_fn, max_steps=cfg.train_steps)
-                return latest_step(cfg.model_dir)
-            return _train_and_evaluate(cfg, hp, estimator, train_fn, step)
+            with stop.during():
+                if cfg.schedule == "train" and not os.environ.get("TF_CONFIG"):
+                    estimator.train(train_fn, max_steps=cfg.train_steps, hooks=[stop.hook()])
+                else:
+                    _train_and_evaluate(cfg, hp, estimator, train_fn, step, stop)
         except tf.errors.DataLossError as exc:  # shards damaged after their sizes were checked
             detail = str(exc.message).strip().splitlines()[0][:200]
             raise UserError(
                 f"reading the data in --data_dir={cfg.data_dir} failed ({detail}); "
                 f"t2t-datagen --problem={cfg.problem} --data_dir={cfg.data_dir} --overwrite regenerates it"
             ) from None
+        reached = latest_step(cfg.model_dir)
+        if stop.signum is not None:
+            raise interrupts.Interrupted(
+                stop.signum,
+                f"stopped by {signal.Signals(stop.signum).name} at step {reached}, saved in {cfg.model_dir}; "
+                "the same command resumes from there",
+            )
+        return reached
     finally:
         if converted is not None:
             shutil.rmtree(converted, ignore_errors=True)
 
 
-def _train_and_evaluate(cfg: TrainConfig, hp: HParams, estimator: Any, train_fn: Any, step: int) -> int:
+def _train_and_evaluate(
+    cfg: TrainConfig, hp: HParams, estimator: Any, train_fn: Any, step: int, stop: interrupts.GracefulStop
+) -> None:
     """Alternates training and dev evaluation every `eval_every_steps`.
 
     Under TF_CONFIG (several machines, whatever --schedule says), Estimator's own
@@ -316,15 +376,17 @@ def _train_and_evaluate(cfg: TrainConfig, hp: HParams, estimator: Any, train_fn:
     if os.environ.get("TF_CONFIG"):
         tf.estimator.train_and_evaluate(
             estimator,
-            tf.estimator.TrainSpec(train_fn, max_steps=cfg.train_steps),
+            tf.estimator.TrainSpec(train_fn, max_steps=cfg.train_steps, hooks=[stop.hook()]),
             tf.estimator.EvalSpec(eval_fn, steps=eval_steps, throttle_secs=0),
         )
-        return latest_step(cfg.model_dir)
+        return
     every = cfg.eval_every_steps or cfg.save_checkpoints_steps
     target = step
-    while target < cfg.train_steps:
+    while target < cfg.train_steps and stop.signum is None:
         target = min(cfg.train_steps, (target // every + 1) * every)
-        estimator.train(train_fn, max_steps=target)
+        estimator.train(train_fn, max_steps=target, hooks=[stop.hook()])
+        if stop.signum is not None:
+            return
         metrics = estimator.evaluate(eval_fn, steps=eval_steps, name="dev")
         xent = float(metrics.get("xent", metrics["loss"]))
         logging.info(
@@ -334,4 +396,3 @@ def _train_and_evaluate(cfg: TrainConfig, hp: HParams, estimator: Any, train_fn:
             math.exp(min(xent, 80.0)),
             float(metrics.get("token_accuracy", float("nan"))),
         )
-    return latest_step(cfg.model_dir)

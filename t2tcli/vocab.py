@@ -39,6 +39,7 @@ class Vocabulary:
         self.model_file = model_file
         self.model_proto = fs.read_bytes(model_file)
         self._sp = check_layout(self.model_proto, model_file)
+        self._longest_piece: int | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -46,6 +47,13 @@ class Vocabulary:
 
     def encode(self, text: str) -> list[int]:
         return self._sp.encode(text)
+
+    def chars_for(self, tokens: int) -> int:
+        """Characters enough to give at least `tokens` tokens: no piece covers more characters
+        than the longest one has (a margin keeps the last kept tokens clear of the cut)."""
+        if self._longest_piece is None:
+            self._longest_piece = max(len(self._sp.id_to_piece(i)) for i in range(self._sp.get_piece_size()))
+        return (tokens + 8) * max(1, self._longest_piece)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return self._sp.encode(list(texts))
@@ -115,12 +123,12 @@ def without_sentinels(model_proto: bytes) -> tuple[bytes, int]:
 
 def write_model(model_proto: bytes, model_file: str) -> None:
     """Writes a SentencePiece model and its readable `.vocab` listing, each complete or absent."""
-    from t2tcli import fs
+    from t2tcli.io import atomic
 
     sp = spm.SentencePieceProcessor(model_proto=model_proto)
     listing = "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n" for i in range(sp.get_piece_size()))
-    fs.write_atomic(model_file.removesuffix(".model") + ".vocab", listing.encode("utf-8"))
-    fs.write_atomic(model_file, model_proto)
+    atomic.write_bytes(model_file.removesuffix(".model") + ".vocab", listing.encode("utf-8"))
+    atomic.write_bytes(model_file, model_proto)
 
 
 def train_vocabulary(sentences: Iterable[str], model_file: str, vocab_size: int, **settings: Any) -> None:

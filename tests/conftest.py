@@ -15,6 +15,22 @@ sys.path.insert(0, str(REPO))
 from t2tcli import compat  # noqa: E402,F401
 
 
+def require_extra(module: str):
+    """The module of an extra the suite needs (the `test` extra: torch, transformers,
+    CTranslate2, Beam), imported; without it the suite fails rather than skipping the
+    tests that would have caught a broken feature."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        pytest.fail(
+            f"{module} is missing ({exc}): the tests need the test extra (scripts/install test, "
+            "or pip install -e '.[test]')",
+            pytrace=False,
+        )
+
+
 def run_binary(
     name: str,
     *args: str,

@@ -77,7 +77,7 @@ def test_average_binary(two_checkpoints, tmp_path, binary):
     assert proc.returncode == 0, proc.stderr
     reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(out_dir))
     np.testing.assert_allclose(reader.get_tensor("layer/w"), [[3.0, 6.0], [5.0, 0.0]])
-    bad = binary("t2t-avg-checkpoints", f"--model_dir={tmp_path}", "--num_last=2", f"--output_dir={out_dir}")
+    bad = binary("t2t-avg-checkpoints", f"--model_dir={tmp_path}", "--num_last=2", f"--output_dir={tmp_path / 'avg2'}")
     assert bad.returncode == 1
     assert "error: no checkpoint" in bad.stderr and "Traceback" not in bad.stderr
 

@@ -27,7 +27,7 @@ USER_PROBLEM = textwrap.dedent(
 
 
 def assert_one_line_error(proc, *fragments):
-    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert proc.returncode == 1, (proc.returncode, proc.stdout + proc.stderr)
     assert "Traceback" not in proc.stderr, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr

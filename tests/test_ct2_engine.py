@@ -9,14 +9,14 @@ import sys
 import numpy as np
 import pytest
 import test_numerics
-from conftest import run_binary
+from conftest import require_extra, run_binary
 from toy_model import toy_model  # noqa: F401  (session fixture)
 
 from t2tcli import checkpoints, decoding, engines, loading, numerics
 from t2tcli.errors import UserError
 from t2tcli.vocab import EOS_ID
 
-pytest.importorskip("ctranslate2")
+require_extra("ctranslate2")
 
 LINES = ["a b c", "j i h g f", "d", "e e a a b a", "c a", "b b b b b b", "i h", "a j"]
 

@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO, run_binary
+from conftest import REPO, require_extra, run_binary
 from toy_model import toy_model  # noqa: F401  (session fixture)
 
 from t2tcli import checkpoints, hf_t5, loading, registry, run_info, weight_names
@@ -24,8 +24,8 @@ from t2tcli.compat import tf
 from t2tcli.errors import UserError
 from t2tcli.vocab import EOS_ID
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = require_extra("torch")
+transformers = require_extra("transformers")
 sys.path.insert(0, str(REPO / "examples"))
 import random_hf_t5  # noqa: E402
 
@@ -215,7 +215,7 @@ def test_export_to_hugging_face_scores_the_same_under_transformers(toy_model, tm
     assert proc.returncode == 1 and "exists and is not an empty directory" in proc.stderr
 
     # CTranslate2's own converter takes the export, and its greedy decodes are ours.
-    ctranslate2 = pytest.importorskip("ctranslate2")
+    ctranslate2 = require_extra("ctranslate2")
     from ctranslate2.converters import TransformersConverter
 
     converted = tmp_path / "ct2"

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging as stdlib_logging
 import os
+import signal
 import sys
 from collections.abc import Callable
 
 from absl import app, logging
 
-from t2tcli import registry
+from t2tcli import interrupts, registry
 from t2tcli.cli import help
 from t2tcli.errors import UserError
 from t2tcli.flags import FLAGS
@@ -28,6 +29,12 @@ def fail(message: str) -> None:
     """Prints '<binary>: error: <message>' and exits 1."""
     print(f"{prog_name()}: error: {message}", file=sys.stderr, flush=True)
     sys.exit(1)
+
+
+def stopped(exc: interrupts.Interrupted) -> None:
+    """Prints '<binary>: <what happened>' and exits as a shell reports the signal (128 + its number)."""
+    print(f"{prog_name()}: {exc}", file=sys.stderr, flush=True)
+    sys.exit(exc.exit_status)
 
 
 def require(*names: str) -> None:
@@ -52,6 +59,7 @@ def run(main: Callable[[], None]) -> None:
         if not FLAGS["verbosity"].present:
             # absl's default prefix (thread id, file:line) is for developers; users get time + level.
             handler.setFormatter(stdlib_logging.Formatter("%(asctime)s %(levelname).1s %(message)s", "%H:%M:%S"))
+        interrupts.install()
         try:
             for usr_dir in FLAGS.usr_dir:
                 registry.import_usr_dir(usr_dir)
@@ -64,8 +72,10 @@ def run(main: Callable[[], None]) -> None:
             main()
         except UserError as exc:
             fail(str(exc))
+        except interrupts.Interrupted as exc:
+            stopped(exc)
         except KeyboardInterrupt:
-            fail("interrupted")
+            stopped(interrupts.Interrupted(signal.SIGINT))
         except BrokenPipeError:  # e.g. `t2t-decode ... | head`: the reader has gone
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(1)

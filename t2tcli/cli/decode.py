@@ -36,15 +36,16 @@ def main() -> None:
     if bool(FLAGS.decode_from_file) == bool(FLAGS.score_file):
         raise UserError("pass exactly one of --decode_from_file and --score_file")
     from t2tcli import checkpoints, decoding, engines, loading, paths, textio
+    from t2tcli.io import atomic
 
-    if FLAGS.decode_to_file != "-":
-        paths.check_output_file(FLAGS.decode_to_file, "decode_to_file")
-
-    model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams)
-    decode_hp = decoding.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
-    step, checkpoint = checkpoints.resolve(FLAGS.model_dir, FLAGS.checkpoint_path)
     source_flag = "score_file" if FLAGS.score_file else "decode_from_file"
     source = FLAGS.score_file or FLAGS.decode_from_file
+    if FLAGS.decode_to_file != "-":
+        paths.check_output_file(FLAGS.decode_to_file, "decode_to_file")
+        atomic.refuse_inputs(FLAGS.decode_to_file, [(source_flag, source)], "decode_to_file")
+
+    model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams, FLAGS.trust_usr_dir)
+    decode_hp = decoding.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
     job = decoding.Job(
         encode=model.vocab.encode,
         decode=loading.text_decoder(model.vocab),
@@ -54,8 +55,10 @@ def main() -> None:
         format_input=decoding.input_formatter(model.problem, FLAGS.raw_inputs),
         source_name=source if source != "-" else "<stdin>",
     )
-    if source != "-" and not decode_hp.max_input_length:
-        # A file can be read twice: size the static input length to its longest line.
+    job.max_chars = model.vocab.chars_for(max(job.inputs_length, job.targets_length))
+    if textio.rereadable(source) and not decode_hp.max_input_length:
+        # A regular file can be read twice: size the static input length to its longest
+        # line. A pipe, FIFO or stdin is read once, padded to the model's length.
         longest_inputs, longest_targets = decoding.scan_lengths(
             textio.read_lines(source, source_flag), job, bool(FLAGS.score_file)
         )
@@ -64,19 +67,20 @@ def main() -> None:
             job.targets_length = min(job.targets_length, decoding.bucket(longest_targets))
         logging.info("inputs padded to %d tokens (longest line: %d)", job.inputs_length, longest_inputs)
     params = decoding.estimator_params(decode_hp)
-    logging.info(
-        "%s with checkpoint %s (step %d): %s",
-        "scoring" if FLAGS.score_file else "decoding",
-        checkpoint,
-        step,
-        ", ".join(f"{k}={v}" for k, v in params.items()),
-    )
-    # Decoded text needs no scores; skipping them saves a teacher-forced pass per batch.
-    settings = {**params, "compute_scores": bool(FLAGS.score_file)}
-    predict = engines.predictor(model, settings, checkpoint, scoring=bool(FLAGS.score_file))
-    lines = textio.read_lines(source, source_flag)
-    with textio.atomic_output(FLAGS.decode_to_file, "decode_to_file") as out, progress_bar(source) as bar:
-        stats = decoding.run(lines, out, job, predict, scoring=bool(FLAGS.score_file), progress=bar)
+    with checkpoints.reading(FLAGS.model_dir, FLAGS.checkpoint_path) as (step, checkpoint, readable):
+        logging.info(
+            "%s with checkpoint %s (step %d): %s",
+            "scoring" if FLAGS.score_file else "decoding",
+            checkpoint,
+            step,
+            ", ".join(f"{k}={v}" for k, v in params.items()),
+        )
+        # Decoded text needs no scores; skipping them saves a teacher-forced pass per batch.
+        settings = {**params, "compute_scores": bool(FLAGS.score_file)}
+        predict = engines.predictor(model, settings, readable, scoring=bool(FLAGS.score_file))
+        lines = textio.read_lines(source, source_flag)
+        with textio.atomic_output(FLAGS.decode_to_file, "decode_to_file") as out, progress_bar(source) as bar:
+            stats = decoding.run(lines, out, job, predict, scoring=bool(FLAGS.score_file), progress=bar)
     logging.info("%s", stats.summary())
 
 

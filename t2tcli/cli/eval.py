@@ -20,7 +20,13 @@ flags.DEFINE_integer("max_examples", 0, "Score only the first N examples of each
 flags.DEFINE_string(
     "decode_hparams", "", 'Decode settings as for t2t-decode, e.g. "beam_size=4,alpha=0.6,batch_size=64".'
 )
-flags.DEFINE_boolean("tensorboard", True, "Also write TensorBoard summaries to model_dir/eval_<split>.")
+flags.DEFINE_boolean("tensorboard", True, "Also write TensorBoard summaries to the results directory.")
+flags.DEFINE_string(
+    "eval_dir",
+    None,
+    "Where results, predictions and summaries go (default: model_dir/eval_<split>); lets a read-only model_dir "
+    "be evaluated.",
+)
 
 FLAGS = flags.FLAGS
 
@@ -30,12 +36,14 @@ def main() -> None:
     if FLAGS.wait_timeout <= 0:
         raise UserError("--wait_timeout must be positive")
     from t2tcli import checkpoints, decoding, engines, evaluation, loading, paths
+    from t2tcli.io import lock
 
-    paths.check_output_dir(evaluation.eval_dir(FLAGS.model_dir, FLAGS.split), "model_dir")
+    results_dir = FLAGS.eval_dir or evaluation.eval_dir(FLAGS.model_dir, FLAGS.split)
+    paths.check_output_dir(results_dir, "eval_dir" if FLAGS.eval_dir else "model_dir")
 
     if FLAGS.wait:
         evaluation.wait_for_run(FLAGS.model_dir, FLAGS.wait_timeout, FLAGS.wait_poll_seconds)
-    model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams)
+    model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams, FLAGS.trust_usr_dir)
     decode_hp = decoding.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
     selected = [] if FLAGS.wait else checkpoints.select(FLAGS.model_dir, FLAGS.checkpoint)
     data_dir = FLAGS.data_dir or model.info.data_dir
@@ -44,7 +52,7 @@ def main() -> None:
     tasks = evaluation.tasks_for(model.problem, data_dir, FLAGS.split, FLAGS.max_examples)
     params = decoding.estimator_params(decode_hp)
     backend = engines.Backend(model, params, decode_hp.batch_size)
-    sink = evaluation.ResultsSink(evaluation.eval_dir(FLAGS.model_dir, FLAGS.split), tensorboard=FLAGS.tensorboard)
+    sink = evaluation.ResultsSink(results_dir, tensorboard=FLAGS.tensorboard)
     evaluator = evaluation.Evaluator(
         backend,
         tasks,
@@ -57,28 +65,45 @@ def main() -> None:
     records: list[dict] = []
 
     def evaluate(step: int, path: str) -> None:
-        new = evaluator.evaluate(step, path)
+        # Pinned: the trainer may delete it meanwhile; one deleted before is CheckpointGone.
+        with checkpoints.pinned(path) as readable:
+            new = evaluator.evaluate(step, path, readable)
         records.extend(new)
         for r in new:
             shown = ", ".join(f"{k}={v:.4g}" for k, v in r["metrics"].items())
             logging.info("step %d %s (%d examples): %s", step, r["problem"], r["examples"], shown)
 
+    with lock.hold(results_dir, "evaluation results"):
+        _evaluate_all(model_dir=FLAGS.model_dir, selected=selected, evaluate=evaluate, sink=sink)
+    if not records and not FLAGS.wait:
+        raise UserError(f"no checkpoint of {FLAGS.model_dir} could be evaluated (see the warnings above)")
+    logging.info("results in %s", sink.path)
+    print(evaluation.table(records), flush=True)
+
+
+def _evaluate_all(model_dir: str, selected: list[tuple[int, str]], evaluate, sink) -> None:
+    from t2tcli import checkpoints, evaluation
+
     if FLAGS.wait:
         if FLAGS.checkpoint != "latest":
             logging.warning("--wait evaluates every checkpoint not evaluated yet; --checkpoint is ignored")
         outcome = evaluation.follow(
-            FLAGS.model_dir,
+            model_dir,
             evaluate,
             skip=sink.evaluated_steps(FLAGS.split),
             wait_timeout=FLAGS.wait_timeout,
             poll_seconds=FLAGS.wait_poll_seconds,
         )
         logging.info("stopped following: %s", outcome.reason)
-    else:
-        for step, path in selected:
+        return
+    for step, path in selected:
+        try:
             evaluate(step, path)
-    logging.info("results in %s", sink.path)
-    print(evaluation.table(records), flush=True)
+        except checkpoints.CheckpointGone as exc:
+            if FLAGS.checkpoint != "latest":
+                logging.warning("%s; skipped", exc)
+                continue
+            evaluate(*checkpoints.resolve(model_dir, None))  # the trainer saved a newer one meanwhile
 
 
 def run() -> None:

@@ -38,20 +38,20 @@ def main() -> None:
 
     paths.check_output_dir(FLAGS.export_dir, "export_dir")
 
-    model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams)
+    model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams, FLAGS.trust_usr_dir)
     decode_hp = decoding.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
-    step, checkpoint = checkpoints.resolve(FLAGS.model_dir, FLAGS.checkpoint_path)
-    logging.info("exporting checkpoint %s (step %d)", checkpoint, step)
-    if FLAGS.export_format == "hf":
-        from t2tcli import hf_t5
+    with checkpoints.reading(FLAGS.model_dir, FLAGS.checkpoint_path) as (step, checkpoint, readable):
+        logging.info("exporting checkpoint %s (step %d)", checkpoint, step)
+        if FLAGS.export_format == "hf":
+            from t2tcli import hf_t5
 
-        size = model.vocab.vocab_size
-        values = hf_t5.mesh_values_from_checkpoint(checkpoint, model.hparams, size)
-        hf_t5.export(values, model.hparams, model.vocab.model_proto, size, FLAGS.export_dir)
-        print(FLAGS.export_dir, flush=True)
-        return
-    params = decoding.estimator_params(decode_hp)
-    path = export.export(model, FLAGS.export_dir, checkpoint, params, decode_hp.batch_size)
+            size = model.vocab.vocab_size
+            values = hf_t5.mesh_values_from_checkpoint(readable, model.hparams, size)
+            hf_t5.export(values, model.hparams, model.vocab.model_proto, size, FLAGS.export_dir)
+            print(FLAGS.export_dir, flush=True)
+            return
+        params = decoding.estimator_params(decode_hp)
+        path = export.export(model, FLAGS.export_dir, readable, params, decode_hp.batch_size, checkpoint)
     print(path, flush=True)
 
 
