@@ -97,6 +97,7 @@ def test_code_a_model_dir_names_is_not_imported_without_consent(model_copy, tmp_
     assert changed == {"run.json"}, changed  # (and CTranslate2's cache of the checkpoint, where it decoded)
 
 
+@pytest.mark.slow
 def test_usr_dir_is_recorded_as_a_list_of_absolute_paths(toy_model, tmp_path):  # noqa: F811
     work = tmp_path / "work"
     code = work / "my,code"  # a comma no longer splits it
@@ -294,6 +295,7 @@ def _wait_for(predicate, timeout: float = 300) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_a_second_trainer_is_refused_and_sigterm_saves_the_step_reached(toy_model, tmp_path):  # noqa: F811
     model_dir = tmp_path / "model"
     model_dir.mkdir()
@@ -498,6 +500,7 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_one_line_naming_the_path(toy_model, tmp_path, small_disk):  # noqa: F811
     disk = small_disk("7m")
     model_dir = disk / "model"
@@ -610,6 +613,7 @@ def test_a_5_mb_line_decodes_in_bounded_memory(toy_model, tmp_path):  # noqa: F8
 # --- 14: a read-only model_dir is evaluated into --eval_dir ------------------------------
 
 
+@pytest.mark.slow
 def test_a_read_only_model_dir_evaluates_into_eval_dir(model_copy, tmp_path):  # noqa: F811
     model_dir, _ = model_copy
     mounted = subprocess.run(["mount", "--bind", "-o", "ro", str(model_dir), str(model_dir)], capture_output=True)
