@@ -99,8 +99,29 @@ def test_eval_reports_loss_token_accuracy_and_perplexity(trained):
     model_dir, hp, ids = trained
     metrics = model.build_estimator(model_dir, hp, VOCAB).evaluate(_dataset(ids, True, 8), steps=2)
     assert metrics["global_step"] == 10
-    assert 0 < metrics["loss"] < 10 and 0 <= metrics["token_accuracy"] <= 1
     assert metrics["perplexity"] == pytest.approx(math.exp(metrics["xent"]), rel=1e-4)
+    # The same cross-entropy from the other graph: teacher-forced log-likelihoods of PREDICT,
+    # summed over the 16 rows' non-padding tokens (7 each: 6 ids and EOS) by hand.
+    est = model.build_estimator(model_dir, hp, VOCAB)
+    scores = [p["scores"] for p in est.predict(_dataset(ids[:16], True, 8))]
+    assert metrics["xent"] == pytest.approx(-sum(scores) / (16 * 7), rel=1e-4)
+
+
+def test_eval_metrics_of_a_batch_known_by_hand():
+    """Per-token cross-entropy, weights (padding 0), argmax predictions and targets, as the
+    EVAL graph hands them to its metrics: the values are worked out here by hand."""
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        xent = tf.constant([[1.0, 2.0, 0.0], [3.0, 0.5, 0.0]])
+        weights = tf.constant([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+        predictions = tf.constant([[5, 6, 9], [7, 4, 9]])
+        targets = tf.constant([[5, 8, 0], [7, 4, 0]])
+        ops = model._metric_fn(xent, weights, predictions, targets)
+        session.run(tf.compat.v1.local_variables_initializer())
+        session.run({name: update for name, (_, update) in ops.items()})
+        values = session.run({name: value for name, (value, _) in ops.items()})
+    assert values["token_accuracy"] == pytest.approx(3 / 4)  # 5, 7, 4 right; 6 for 8 wrong; padding ignored
+    assert values["xent"] == pytest.approx((1.0 + 2.0 + 3.0 + 0.5) / 4)
+    assert values["perplexity"] == pytest.approx(math.exp(6.5 / 4), rel=1e-5)
 
 
 @pytest.mark.parametrize("decode", [{}, {"beam_size": 2}, {"temperature": 1.0, "top_k": 5}])

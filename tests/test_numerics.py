@@ -221,3 +221,51 @@ def test_the_model_gathers_embeddings_off_tpu_unless_the_mesh_splits_them():
     model_parallel.mesh_shape, model_parallel.layout = "model:2", "d_ff:model;heads:model"
     assert gin_bindings.gathers_embeddings(model_parallel, use_tpu=False)
     assert model.variable_names(tiny, 40)["shared/embedding"] == [128, 64]
+
+
+def _graph_dtypes(hp, mode, tmp_path, **decode) -> tuple[set[str], set[str]]:
+    """(dtypes of every tensor, dtypes of the matrix products) of the graph model_fn builds."""
+    from t2tcli import inputs
+
+    est = model.build_estimator(str(tmp_path), hp, 40, params={"decode": decode})
+    batch = inputs.batch_size(hp)
+    with tf.Graph().as_default() as graph:
+        features = {"inputs": tf.zeros([batch, hp.inputs_length], tf.int32)}
+        if mode == tf.estimator.ModeKeys.TRAIN:
+            features["targets"] = tf.zeros([batch, hp.targets_length], tf.int32)
+        est.model_fn(features, None, mode, est.config)
+    ops = graph.get_operations()
+    every = {t.dtype.base_dtype.name for op in ops for t in op.outputs}
+    products = {
+        op.outputs[0].dtype.name for op in ops if op.type in ("Einsum", "MatMul", "BatchMatMulV2", "BatchMatMulV3")
+    }
+    return every, products
+
+
+@pytest.mark.parametrize(
+    "machine, requested, activations, products",
+    [
+        (cpu(AMX), "auto", "bfloat16", "bfloat16"),  # native: bfloat16 all the way
+        (cpu(AVX2), "auto", "float32", "float32"),  # auto picks float32: no bfloat16 anywhere
+        (cpu(AVX2), "bfloat16", "bfloat16", "float32"),  # asked for: bfloat16 values, products in float32
+    ],
+    ids=["amx_auto", "avx2_auto", "avx2_bfloat16"],
+)
+def test_the_chosen_dtype_is_what_the_graphs_compute_in(
+    machine, requested, activations, products, monkeypatch, tmp_path
+):
+    """The decision table above is only worth something if its answer reaches the model:
+    the training graph and the fast engine's decode graph, built for each CPU kind."""
+    from t2tcli import fast_decode
+
+    monkeypatch.setattr(numerics, "detect", lambda use_tpu=False: machine)
+    fast_decode._machine.cache_clear()
+    try:
+        hp = registry.hparams("mtf_transformer_tiny")
+        hp.override_from_dict({"activation_dtype": requested, "inputs_length": 8, "targets_length": 8, "batch_size": 4})
+        for mode, decode in ((tf.estimator.ModeKeys.TRAIN, {}), (tf.estimator.ModeKeys.PREDICT, {"engine": "fast"})):
+            every, made = _graph_dtypes(hp, mode, tmp_path, **decode)
+            assert ("bfloat16" in every) == (activations == "bfloat16"), (mode, every)
+            assert made and ("bfloat16" in made) == (products == "bfloat16"), (mode, made)
+    finally:
+        fast_decode._machine.cache_clear()
