@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from toy_model import toy_model  # noqa: F401  (session fixture)
+from toy_model import SAVE_EVERY, toy_model  # noqa: F401  (session fixture)
 
 from t2tcli import fast_decode, fast_search, model, numerics, run_info
 from t2tcli.compat import tf
@@ -30,14 +30,21 @@ def toy(toy_model):  # noqa: F811
     return toy_model["model_dir"], hp, vocab.vocab_size, ids
 
 
-def _predict(toy, engine: str, dtype: str = "float32", targets: np.ndarray | None = None, **decode):
+def _predict(
+    toy, engine: str, dtype: str = "float32", targets: np.ndarray | None = None, checkpoint: str | None = None, **decode
+):
     model_dir, hp, vocab_size, ids = toy
     hp = hp.copy()
     hp.activation_dtype = dtype
     decode = {"engine": engine, "max_decode_length": 16, **decode}
     est = model.build_estimator(model_dir, hp, vocab_size, params={"decode": decode})
     features = {"inputs": ids} if targets is None else {"inputs": ids, "targets": targets}
-    preds = list(est.predict(lambda params=None: tf.data.Dataset.from_tensor_slices(features).batch(BATCH, True)))
+    preds = list(
+        est.predict(
+            lambda params=None: tf.data.Dataset.from_tensor_slices(features).batch(BATCH, True),
+            checkpoint_path=checkpoint,
+        )
+    )
     return np.stack([p["outputs"] for p in preds]), np.array([p["scores"] for p in preds])
 
 
@@ -69,6 +76,21 @@ def test_decodes_match_mesh_tensorflow(toy, decode, transposed, ffn_padding, bea
     np.testing.assert_array_equal(fast_ids, mesh_ids)
     np.testing.assert_allclose(fast_scores, mesh_scores, rtol=1e-4, atol=1e-4)
     assert (fast_ids == EOS_ID).any(axis=1).all(), "every row of a trained copy model ends"
+
+
+def test_beam_length_penalty_matches_mesh_tensorflow_where_it_picks_the_winner(toy):
+    """alpha > 0 (0.6 is the default) against mesh-tensorflow's own beam search, on the
+    half-trained checkpoint, whose hypotheses are close enough that a strong penalty
+    (score / ((5 + length) / 6) ** alpha favours longer ones) changes which one wins."""
+    half_trained = f"{toy[0]}/model.ckpt-{SAVE_EVERY}"
+    unpenalized, _ = _predict(toy, "fast", checkpoint=half_trained, beam_size=4, alpha=0.0)
+    for alpha in (0.6, 5.0):
+        fast_ids, fast_scores = _predict(toy, "fast", checkpoint=half_trained, beam_size=4, alpha=alpha)
+        mesh_ids, mesh_scores = _predict(toy, "mesh", checkpoint=half_trained, beam_size=4, alpha=alpha)
+        np.testing.assert_array_equal(fast_ids, mesh_ids)
+        np.testing.assert_allclose(fast_scores, mesh_scores, rtol=1e-4, atol=1e-4)
+    changed = ~(fast_ids == unpenalized).all(axis=1)
+    assert changed.any(), "at alpha 5 the penalty picks another hypothesis for some line"
 
 
 def _search(toy, decode: dict) -> dict:
