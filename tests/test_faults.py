@@ -268,13 +268,20 @@ def _kill_when(args: list[str], ready, timeout: float = 300) -> None:
 def test_killed_datagen_reruns_to_the_same_bytes(tmp_path):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     assert run_binary("t2t-datagen", "--problem=qp_all", f"--data_dir={whole}").returncode == 0
-    for attempt in range(3):  # killed at a different moment each time
-        delay = time.monotonic() + 1.0 + attempt
+    complete = sorted(p.name for p in whole.glob("*.meta.json"))
 
-        def started(at=delay):
-            return time.monotonic() > at
+    def spooling() -> bool:  # pass 1: records read into the spool, before the vocabulary
+        return any(p.stat().st_size > 0 for p in killed.glob(".*.work/*.spool"))
 
-        _kill_when([str(REPO / "bin" / "t2t-datagen"), "--problem=qp_all", f"--data_dir={killed}"], started)
+    def bucketing() -> bool:  # pass 2: encoded rows written to the shards' buckets
+        return any(p.stat().st_size > 0 for p in killed.glob(".*.work/*.bucket*"))
+
+    # Killed while writing each kind of intermediate file; the third run finds the
+    # vocabulary written and goes straight from the source to the buckets.
+    for stage in (spooling, bucketing, bucketing):
+        _kill_when([str(REPO / "bin" / "t2t-datagen"), "--problem=qp_all", f"--data_dir={killed}"], stage)
+        assert stage(), "killed while it wrote that stage's files"
+        assert sorted(p.name for p in killed.glob("*.meta.json")) != complete, "the kill interrupted the run"
     assert run_binary("t2t-datagen", "--problem=qp_all", f"--data_dir={killed}").returncode == 0
     assert snapshot(killed) == snapshot(whole)
 
