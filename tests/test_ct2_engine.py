@@ -21,12 +21,13 @@ require_extra("ctranslate2")
 LINES = ["a b c", "j i h g f", "d", "e e a a b a", "c a", "b b b b b b", "i h", "a j"]
 
 
-def _predict(model, engine: str, rows, **decode):
+def _predict(model, engine: str, rows, length: int = 16, **decode):
     settings = {"engine": engine, "beam_size": 1, "alpha": 0.0, "temperature": 0.0, "top_k": 0}
-    settings.update(max_decode_length=16, **decode)
+    settings.update(max_decode_length=length, **decode)
     checkpoint = checkpoints.resolve(model.model_dir, None)[1]
     predict = engines.predictor(model, settings, checkpoint, scoring=rows[0].targets is not None)
-    results = decoding.predict_rows(rows, predict, 4, 16, 16 if rows[0].targets is not None else None)
+    inputs_length = max(16, *(len(r.inputs) for r in rows))
+    results = decoding.predict_rows(rows, predict, 4, inputs_length, length if rows[0].targets is not None else None)
     return [[int(i) for i in r["outputs"]] for r in results], [float(r["scores"]) for r in results]
 
 
@@ -62,6 +63,26 @@ def test_float32_decodes_and_scores_equal_the_fast_engines(toy, decode):
     _, ct2_scored = _predict(model, "ctranslate2", scored)
     np.testing.assert_allclose(ct2_scored, fast_scored, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(ct2_scored, fast_scores, rtol=1e-4, atol=1e-4)
+
+
+def test_long_lines_decode_and_score_as_on_the_fast_engine(toy):
+    """Past T5's exact relative positions: inputs of 20-30 tokens (the encoder's buckets are
+    exact below 8 apart) and targets of 41 (the decoder's, below 16): a wrong bucket mapping
+    or maximum distance in the converted model shows here, not on the short lines above."""
+    model, _ = toy
+    rng = np.random.default_rng(0)
+    letters = "a b c d e f g h i j".split()
+    texts = [" ".join(rng.choice(letters, n)) for n in (20, 24, 26, 30)]
+    rows = [decoding.Row(i, decoding.fit(model.vocab.encode(x), 32)[0]) for i, x in enumerate(texts)]
+    assert min(len(r.inputs) for r in rows) > 16
+    fast_ids, fast_scores = _predict(model, "fast", rows, length=48)
+    ct2_ids, ct2_scores = _predict(model, "ctranslate2", rows, length=48)
+    assert ct2_ids == fast_ids
+    np.testing.assert_allclose(ct2_scores, fast_scores, rtol=1e-4, atol=1e-4)
+    scored = [decoding.Row(r.index, r.inputs, (r.inputs[:-1] * 2)[:40] + [EOS_ID]) for r in rows]
+    _, fast_scored = _predict(model, "fast", scored, length=48)
+    _, ct2_scored = _predict(model, "ctranslate2", scored, length=48)
+    np.testing.assert_allclose(ct2_scored, fast_scored, rtol=1e-4, atol=1e-4)
 
 
 def test_t2t_decode_with_ctranslate2_writes_what_the_fast_engine_writes(toy_model, tmp_path):  # noqa: F811
