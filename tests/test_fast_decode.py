@@ -78,6 +78,7 @@ def test_decodes_match_mesh_tensorflow(toy, decode, transposed, ffn_padding, bea
     assert (fast_ids == EOS_ID).any(axis=1).all(), "every row of a trained copy model ends"
 
 
+@pytest.mark.slow
 def test_beam_length_penalty_matches_mesh_tensorflow_where_it_picks_the_winner(toy):
     """alpha > 0 (0.6 is the default) against mesh-tensorflow's own beam search, on the
     half-trained checkpoint, whose hypotheses are close enough that a strong penalty

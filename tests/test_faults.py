@@ -166,6 +166,7 @@ def _damage_checkpoint(model_dir: Path) -> None:
             os.truncate(data, data.stat().st_size // 2)
 
 
+@pytest.mark.slow
 def test_a_damaged_checkpoint_is_one_line_in_every_binary_and_leaves_no_output(model_copy, tmp_path):
     model_dir, data_dir = model_copy
     _damage_checkpoint(model_dir)

@@ -122,6 +122,7 @@ def test_float32_activations_train(data, tmp_path):
     assert losses[30] < losses[10]
 
 
+@pytest.mark.slow
 def test_a_random_seed_repeats_the_run(data, tmp_path):
     """--random_seed fixes the initial weights as well as the data order."""
     args = ("--hparams=activation_dtype=float32", "--random_seed=7")
@@ -134,6 +135,7 @@ def test_a_random_seed_repeats_the_run(data, tmp_path):
     assert [n for n in names if not np.array_equal(a.get_tensor(n), b.get_tensor(n))] == []
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_from_its_last_checkpoint(data, tmp_path):
     data_dir, usr_dir = data
     model_dir = str(tmp_path / "killed")
