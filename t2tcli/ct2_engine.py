@@ -171,7 +171,8 @@ def converted(
     The cache key is the checkpoint's name, its fingerprint (index bytes and data file sizes)
     and the quantization, so a checkpoint written again under the same step, or cut short
     since, is converted again (and then fails as a damaged one should). The model is built
-    in a temporary directory and renamed into place: a cache entry is complete or absent.
+    in a temporary directory and renamed into place: a cache entry is complete or absent,
+    and two processes converting one checkpoint at once both end up with the same entry.
     """
     from t2tcli import checkpoints
 
@@ -187,11 +188,21 @@ def converted(
         spec.validate()
         spec.optimize(quantization=quantization)
         spec.save(staging)
-        os.replace(staging, target)
+        try:
+            os.replace(staging, target)
+        except OSError:
+            if not os.path.isfile(os.path.join(target, "model.bin")):
+                raise
+            # Another reader of the same checkpoint (an evaluator beside a decoder) got there first.
+            shutil.rmtree(staging, ignore_errors=True)
+            return target
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
-        if not os.listdir(cache_root):  # a failed first conversion leaves the model_dir as it was
-            os.rmdir(cache_root)
+        try:  # a failed first conversion leaves the model_dir as it was
+            if not os.listdir(cache_root):
+                os.rmdir(cache_root)
+        except OSError:  # another process's conversion began meanwhile
+            pass
         raise
     logging.info("converted %s for CTranslate2 (%s) into %s", checkpoint_path, quantization, target)
     return target

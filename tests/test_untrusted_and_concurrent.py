@@ -444,7 +444,9 @@ def test_readers_survive_a_trainer_deleting_checkpoints(toy_model, tmp_path):  #
             text=True,
         )
         runs = [run_binary("t2t-decode", f"--model_dir={model_dir}", f"--decode_from_file={lines}") for _ in range(4)]
-        runs.append(run_binary("t2t-eval", f"--model_dir={model_dir}", "--checkpoint=all", "--max_examples=8"))
+        # The follower holds eval_dev (one writer per results directory): this one writes elsewhere.
+        every = ["--checkpoint=all", "--max_examples=8", f"--eval_dir={tmp_path / 'all'}"]
+        runs.append(run_binary("t2t-eval", f"--model_dir={model_dir}", *every))
         for proc in runs:
             assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
         assert all(len(proc.stdout.splitlines()) == 50 for proc in runs[:4])
