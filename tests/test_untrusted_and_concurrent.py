@@ -644,3 +644,29 @@ def test_a_read_only_model_dir_evaluates_into_eval_dir(model_copy, tmp_path):  #
         assert snapshot(model_dir) == before
     finally:
         subprocess.run(["umount", str(model_dir)], check=False)
+
+
+def test_a_lock_on_a_file_system_without_flock_goes_by_its_holder(tmp_path, monkeypatch):
+    """Where flock is not supported, the holder the file names decides: none, or one that no
+    longer runs on this host, leaves the lock free; a live one holds it."""
+    import errno
+    import fcntl as fcntl_module
+
+    from t2tcli.errors import UserError
+    from t2tcli.io import lock
+
+    def no_flock(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl_module, "flock", no_flock)
+    with lock.hold(str(tmp_path), "a test"):
+        assert json.loads((tmp_path / ".t2tcli.lock").read_text())["pid"] == os.getpid()
+    host = os.uname().nodename
+    holder = {"host": host, "started": "then", "program": "t2t-train"}
+    (tmp_path / ".t2tcli.lock").write_text(json.dumps({**holder, "pid": 2**22 + 11}))
+    with lock.hold(str(tmp_path), "a test"):
+        pass
+    (tmp_path / ".t2tcli.lock").write_text(json.dumps({**holder, "pid": os.getppid()}))
+    with pytest.raises(UserError, match=f"is in use: t2t-train \\(pid {os.getppid()} on {host}"):
+        with lock.hold(str(tmp_path), "a test"):
+            pass

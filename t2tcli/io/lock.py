@@ -142,8 +142,8 @@ def _local(directory: str, lock_path: str, what: str) -> Iterator[None]:
                 break
             time.sleep(0.02)
             previous = Holder.parse(_read_fd(fd))
-        if locked is None and previous is not None:  # no flock: only a holder seen dead here is stale
-            locked = previous.host == socket.gethostname() and not previous.alive_here()
+        if locked is None:  # no flock: free when nobody is named, or only a holder seen dead here
+            locked = previous is None or (previous.host == socket.gethostname() and not previous.alive_here())
         if not locked:
             raise _in_use(directory, what, previous, lock_path)
         if previous is not None and previous.pid != os.getpid():
