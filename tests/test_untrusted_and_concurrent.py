@@ -410,6 +410,33 @@ def test_a_pinned_checkpoint_stays_readable_after_its_deletion(model_copy):  # n
             pass
 
 
+def test_eval_all_takes_the_checkpoints_saved_in_place_of_deleted_ones(tmp_path):
+    """keep_checkpoint_max=1: every listed checkpoint can be gone before it is read."""
+    from t2tcli import checkpoints
+    from t2tcli.cli import eval as eval_cli
+
+    def save(step):
+        for suffix in (".index", ".data-00000-of-00001"):
+            (tmp_path / f"model.ckpt-{step}{suffix}").write_bytes(b"")
+
+    def delete(step):
+        for f in tmp_path.glob(f"model.ckpt-{step}.*"):
+            f.unlink()
+
+    save(4)
+    evaluated = []
+
+    def evaluate(step, path):
+        if step < 12:  # the trainer deletes it and saves step + 4 before the reader pins it
+            delete(step)
+            save(step + 4)
+            raise checkpoints.CheckpointGone(path)
+        evaluated.append(step)
+
+    eval_cli._evaluate_every(str(tmp_path), checkpoints.list_checkpoints(str(tmp_path)), evaluate)
+    assert evaluated == [12]
+
+
 @pytest.mark.slow
 def test_readers_survive_a_trainer_deleting_checkpoints(toy_model, tmp_path):  # noqa: F811
     model_dir = tmp_path / "model"

@@ -96,6 +96,9 @@ def _evaluate_all(model_dir: str, selected: list[tuple[int, str]], evaluate, sin
         )
         logging.info("stopped following: %s", outcome.reason)
         return
+    if FLAGS.checkpoint == "all":
+        _evaluate_every(model_dir, selected, evaluate)
+        return
     for step, path in selected:
         try:
             evaluate(step, path)
@@ -104,6 +107,30 @@ def _evaluate_all(model_dir: str, selected: list[tuple[int, str]], evaluate, sin
                 logging.warning("%s; skipped", exc)
                 continue
             evaluate(*checkpoints.resolve(model_dir, None))  # the trainer saved a newer one meanwhile
+
+
+def _evaluate_every(model_dir: str, listed: list[tuple[int, str]], evaluate) -> None:
+    """--checkpoint=all beside a running trainer: the checkpoints it saved in place of those it
+    deleted before they could be read are evaluated too, so a --keep_checkpoint_max=1 run still
+    yields a result. Only a few rounds: this is no follower (that is --wait)."""
+    from t2tcli import checkpoints
+
+    pending = listed
+    for _ in range(5):
+        skipped = False
+        for step, path in pending:
+            try:
+                evaluate(step, path)
+            except checkpoints.CheckpointGone as exc:
+                logging.warning("%s; skipped", exc)
+                skipped = True
+        if not skipped:
+            return
+        newest = max(step for step, _ in pending)
+        pending = [(s, p) for s, p in checkpoints.list_checkpoints(model_dir) if s > newest]
+        if not pending:
+            return
+        logging.info("evaluating the checkpoints saved since: steps %s", ", ".join(str(s) for s, _ in pending))
 
 
 def run() -> None:
