@@ -71,10 +71,10 @@ def binary(name: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def cpu_kind() -> str:
-    from t2tcli import numerics
+    from t2tcli.model import dtype_policy
 
     caps = [f"{name}={os.environ[name]}" for name in ISA_CAPS if os.environ.get(name)]
-    return numerics.detect().cpu_kind() + (f" held back by {', '.join(caps)}" if caps else "")
+    return dtype_policy.detect().cpu_kind() + (f" held back by {', '.join(caps)}" if caps else "")
 
 
 def build_models(work: Path, hparams_set: str) -> tuple[Path, Path]:
@@ -185,7 +185,7 @@ def run_hf(hf_dir: Path, batches: list[list[list[int]]], beam: int, length: int,
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
-    from t2tcli.vocab import EOS_ID
+    from t2tcli.data.vocab import EOS_ID
 
     torch.set_num_threads(os.cpu_count() or 1)
     model = AutoModelForSeq2SeqLM.from_pretrained(str(hf_dir)).eval()
@@ -221,7 +221,7 @@ def run_ct2(
     """Bare CTranslate2; `forced` as for run_hf."""
     import ctranslate2
 
-    from t2tcli.vocab import EOS_ID, PAD_ID
+    from t2tcli.data.vocab import EOS_ID, PAD_ID
 
     translator = ctranslate2.Translator(
         str(ct2_dir), device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=os.cpu_count() or 1
@@ -334,8 +334,9 @@ def main() -> None:
     if args.quick:
         args.lines, args.beams, args.repeats = 64, "1", 1
 
-    from t2tcli import decoding, engines, loading, weight_names
-    from t2tcli.vocab import Vocabulary
+    from t2tcli.data.vocab import Vocabulary
+    from t2tcli.decode import batching, settings
+    from t2tcli.model import loading, weight_names
 
     data_sets = args.data.split(",")
     if unknown := set(data_sets) - {"random", "translation"}:
@@ -366,11 +367,11 @@ def main() -> None:
             src = work / "inputs.txt"
             src.write_text("\n".join(lines) + "\n")
             # Cut as t2t-decode cuts them, to the model's inputs_length (EOS kept).
-            ids = [decoding.fit(vocab.encode(x), loaded.hparams.inputs_length)[0] for x in lines]
+            ids = [batching.fit(vocab.encode(x), loaded.hparams.inputs_length)[0] for x in lines]
             batches = batches_of(ids, args.batch_size)
             mean_tokens = sum(map(len, ids)) / len(ids)
             for beam in [int(b) for b in args.beams.split(",")]:
-                chosen, _ = engines.choose(loaded, {"engine": "auto", "beam_size": beam, "alpha": 0.6})
+                chosen, _ = settings.choose(loaded, {"engine": "auto", "beam_size": beam, "alpha": 0.6})
                 default_system = ENGINE_ROWS[chosen]
                 runs: dict[str, list[dict]] = {name: [] for name in SYSTEMS}
                 for _ in range(args.repeats):  # in turns, so every system sees the same weather

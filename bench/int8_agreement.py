@@ -60,8 +60,8 @@ def trained_model(work: Path, steps: int) -> Path:
 def dev_pairs(data_dir: Path, problem: str, vocab_file: Path, limit: int) -> list[tuple[str, str]]:
     """(formatted input, reference) of the dev split, read back from its shards."""
     from t2tcli.compat import tf
-    from t2tcli.problem import data_files
-    from t2tcli.vocab import Vocabulary
+    from t2tcli.data.layout import data_files
+    from t2tcli.data.vocab import Vocabulary
 
     vocab = Vocabulary(str(vocab_file))
     pairs = []
@@ -125,8 +125,8 @@ def main() -> None:
 
     import sacrebleu
 
-    from t2tcli import checkpoints
-    from t2tcli.vocab import Vocabulary
+    from t2tcli.data.vocab import Vocabulary
+    from t2tcli.model import checkpoints
 
     pairs = dev_pairs(data_dir, args.problem, model_dir / "vocab.model", args.lines)
     src, pairs_file = work / "dev.inputs.txt", work / "dev.pairs.tsv"

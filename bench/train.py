@@ -71,8 +71,9 @@ def worker_t2t(dtype: str, batch: int, li: int, lt: int, steps: int) -> dict:
 
     import numpy as np
 
-    from t2tcli import model, registry
+    from t2tcli import registry
     from t2tcli.compat import tf
+    from t2tcli.train import estimator, model_fn
 
     hp = registry.hparams("mtf_transformer_small")
     hp.override_from_dict(
@@ -106,8 +107,8 @@ def worker_t2t(dtype: str, batch: int, li: int, lt: int, steps: int) -> dict:
 
     warmup = 3
     with tempfile.TemporaryDirectory() as model_dir:
-        est = model.build_estimator(
-            model_dir, hp, DIMS["vocab"], model.TrainSettings(save_checkpoints_steps=10**9, log_every_steps=10**9)
+        est = estimator.build_estimator(
+            model_dir, hp, DIMS["vocab"], model_fn.TrainSettings(save_checkpoints_steps=10**9, log_every_steps=10**9)
         )
         est.train(input_fn, max_steps=warmup + steps, hooks=[Timer()])
     step_time = (times[-1] - times[warmup - 1]) / steps
@@ -174,12 +175,13 @@ def main() -> None:
         "Measured matmul peak (TF, 2048^2): " + ", ".join(f"{d} {p / 1e12:.3f} TFLOP/s" for d, p in peaks.items() if p)
     )
     sys.path.insert(0, str(REPO))
-    from t2tcli import numerics
+    from t2tcli.model import dtype_policy
 
-    default = numerics.resolve("auto")
-    machine = numerics.detect()
+    default = dtype_policy.resolve("auto")
+    machine = dtype_policy.detect()
     print(
-        f"CPU kind: {machine.cpu_kind()}; activation_dtype=auto runs {default} ({numerics.native_bfloat16(machine)[1]})"
+        f"CPU kind: {machine.cpu_kind()}; activation_dtype=auto runs {default}",
+        f"({dtype_policy.native_bfloat16(machine)[1]})",
     )
     print()
     print(f"{'system':<34}{'step s':>9}{'tokens/s':>11}{'MFU':>8}   (best of {args.repeats} runs each, in turns)")

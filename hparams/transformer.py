@@ -1,71 +1,23 @@
 """Built-in hparams sets of the Mesh TensorFlow encoder-decoder transformer.
 
-`base()` lists every hparam the model, input pipeline and trainer read, with its
-default; each registered set starts from it and changes only what differs, so a set is
-a readable diff. The `t5_*` sets use T5 v1.0's dimensions and layer layout (relu FFN,
-shared embeddings, relative attention, vocabulary padded to a multiple of 128), so the
-variables are named and shaped as in the released T5 mesh checkpoints; the `*_tpu`
-presets add T5's published v2-8 model parallelism and batch sizes.
+`base()` is every hparam the model, input pipeline and trainer read, with its default
+(t2tcli.hparams.SCHEMA holds them with their meaning); each registered set starts from
+it and changes only what differs, so a set is a readable diff. The `t5_*` sets use T5
+v1.0's dimensions and layer layout (relu FFN, shared embeddings, relative attention,
+vocabulary padded to a multiple of 128), so the variables are named and shaped as in the
+released T5 mesh checkpoints; the `*_tpu` presets add T5's published v2-8 model
+parallelism and batch sizes.
 """
 
 from __future__ import annotations
 
-from t2tcli.hparams import HParams
+from t2tcli.hparams import HParams, defaults
 from t2tcli.registry import register_hparams
 
 
 def base() -> HParams:
-    """Every hparam with its default (the values of `mtf_transformer_base`)."""
-    return HParams(
-        # Model dimensions.
-        d_model=512,
-        d_ff=2048,
-        num_heads=8,
-        d_kv=64,
-        num_encoder_layers=6,
-        num_decoder_layers=6,
-        ffn_activation="relu",  # or e.g. "gated-gelu" (T5 v1.1): act(x wi_0) * (x wi_1)
-        relative_attention_num_buckets=32,
-        vocab_divisor=128,
-        # T5 v1.0 computes logits with the embedding matrix; v1.1 has decoder/logits/kernel.
-        tie_embeddings=True,
-        # Norm variables: T5 v1.0's .../layer_norm/scale and final_layer_norm/scale, or
-        # T5 v1.1's .../rms_norm/scale (see t2tcli.weight_names).
-        norm_scope="layer_norm",
-        # Regularisation and loss.
-        dropout_rate=0.1,
-        label_smoothing=0.0,
-        z_loss=1e-4,
-        # Numerics: auto is bfloat16 where the hardware runs it natively (TPUs, GPUs of
-        # compute capability 8.0+, CPUs with AMX or AVX512-BF16) and float32 elsewhere,
-        # decided on the machine that runs the model (t2tcli.numerics); variables stay float32.
-        activation_dtype="auto",
-        # Sequences and batches.
-        inputs_length=128,
-        targets_length=128,
-        batch_size=64,
-        batch_size_unit="sequences",  # or "tokens": batch_size / max(lengths) sequences
-        pack=True,
-        # Optimizer and learning-rate schedule.
-        optimizer="adafactor",  # or "adam"
-        learning_rate_schedule="rsqrt_decay",  # or "constant", "linear_decay"
-        learning_rate=0.01,  # peak (rsqrt_decay: the value during warmup), or the constant
-        warmup_steps=10000,
-        decay_steps=0,  # linear_decay: steps to reach zero (0: the run's --train_steps)
-        adam_beta1=0.9,
-        adam_beta2=0.999,
-        adam_epsilon=1e-8,
-        weight_decay=0.0,
-        # Mesh: empty mesh_shape = one device.
-        mesh_shape="",
-        layout="batch:batch;d_ff:model;heads:model;vocab:model;experts:batch",
-        # Decoding (PREDICT mode).
-        beam_size=1,
-        alpha=0.6,
-        temperature=0.0,
-        top_k=0,
-        max_decode_length=0,  # 0: targets_length
-    )
+    """Every hparam with its default (t2tcli.hparams.SCHEMA, where each is described)."""
+    return defaults()
 
 
 def _t5(d_model: int, d_ff: int, num_heads: int, d_kv: int, num_layers: int) -> HParams:

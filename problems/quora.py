@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from t2tcli import fs
-from t2tcli.problem import Mixture, Text2TextProblem, VocabSpec
+from t2tcli.io import fs
+from t2tcli.problem import Mixture, Text2TextProblem, VocabSpec, by_examples
 from t2tcli.registry import REPO_ROOT, register_mixture, register_problem
 from t2tcli.sources import CsvSource, raw_dir
 from t2tcli.text import choice, squash_spaces
@@ -55,6 +55,8 @@ class QpIsDuplicate(Text2TextProblem):
 
     vocab = QP_VOCAB
     metrics = ("accuracy", "f1")
+    decode_fields = ("question1", "question2")
+    columnwise = True
 
     def source(self, tmp_dir: str | None) -> dict[str, CsvSource]:
         return sources(tmp_dir)
@@ -85,4 +87,4 @@ class QpAll(Mixture):
     """Both question-pair tasks, sampled in proportion to their train sizes."""
 
     vocab = QP_VOCAB
-    problems = [("qp_is_duplicate", "examples"), ("generate_similar_question", "examples")]
+    problems = [("qp_is_duplicate", by_examples), ("generate_similar_question", by_examples)]

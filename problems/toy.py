@@ -30,6 +30,7 @@ class _ToySequence(Text2TextProblem):
     vocab = TOY_VOCAB
     metrics = ("accuracy", "sequence_accuracy")
     num_shards = {"train": 2, "dev": 1, "test": 1}
+    columnwise = True
     train_rows = 20_000
     test_rows = 1_000
 

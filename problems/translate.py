@@ -19,6 +19,7 @@ class TranslateEnEs(Text2TextProblem):
 
     vocab = VocabSpec(name="translate_en_es", size=8000)
     metrics = ("bleu",)
+    columnwise = True
 
     def source(self, tmp_dir: str | None) -> CsvSource:
         path = f"{raw_dir(tmp_dir, SHIPPED)}/translate_en_es.csv"

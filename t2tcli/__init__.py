@@ -1,3 +1,25 @@
-"""t2tcli: command-line pipeline toolkit for text-to-text transformers."""
+"""t2tcli: command-line pipeline toolkit for text-to-text transformers.
+
+The package is laid out as the pipeline it runs; each subpackage has one concern and
+imports only the layers below it (tests/test_layout.py holds the rule):
+
+    core       errors, compat (pins and shims), registry, hparams, interrupts
+    io         the one file layer: fs (any TensorFlow file system), atomic outputs, locks,
+               output checks, text files
+    data       sources, preprocessing, vocabulary, the data_dir layout, datagen stages and
+               their local and Beam runners, the tf.data input pipeline
+    model      the Bitransformer's graph, hparams -> gin, mesh, dtype policy, weight names,
+               checkpoints, a model_dir's records and loading a trained run
+    interop    Hugging Face T5 directories in and out
+    train      the model_fn (TRAIN, EVAL), Estimator and RunConfig, hooks, checkpoint
+               initialisation, the trainer
+    decode     decode settings, the engines (fast TF, mesh-tf, CTranslate2), search loops,
+               PREDICT inside the model_fn, the SavedModel export
+    evaluate   evaluation over checkpoints, metrics
+    cli        one module per binary: its flags and a call into the layers above
+
+`t2tcli.problem`, `t2tcli.sources`, `t2tcli.text` and `t2tcli.registry` are the names a
+user's Problem imports; they stay where the README shows them.
+"""
 
 __version__ = "0.1.0"

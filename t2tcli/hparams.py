@@ -195,42 +195,68 @@ class HParams:
         return cls(**json.loads(text))
 
 
-# What each hparam the model, the input pipeline and the trainer read means (--hparams_help).
-DESCRIPTIONS = {
-    "activation_dtype": "auto (bfloat16 where the hardware runs it natively, else float32), bfloat16 or float32",
-    "adam_beta1": "Adam's first-moment decay",
-    "adam_beta2": "Adam's second-moment decay",
-    "adam_epsilon": "Adam's epsilon",
-    "alpha": "beam search length penalty: score / ((5 + length) / 6) ** alpha",
-    "batch_size": "sequences per step (or tokens, with batch_size_unit=tokens)",
-    "batch_size_unit": "sequences or tokens",
-    "beam_size": "decoding: 1 greedy (or sampling), more for beam search",
-    "d_ff": "feed-forward hidden size",
-    "d_kv": "size of each attention head's keys and values",
-    "d_model": "model (embedding) size",
-    "decay_steps": "linear_decay: steps to reach 0 (0: the run's --train_steps)",
-    "dropout_rate": "dropout of every sublayer, attention and FFN (training only)",
-    "ffn_activation": "relu, gelu, ... or gated-<one of them> (T5 v1.1: gated-gelu)",
-    "inputs_length": "input tokens per example, EOS included; longer inputs are cut",
-    "label_smoothing": "label smoothing of the training loss",
-    "layout": "tensor dimension -> mesh dimension, e.g. batch:batch;d_ff:model;heads:model",
-    "learning_rate": "peak (rsqrt_decay: during warmup) or constant learning rate",
-    "learning_rate_schedule": "constant, rsqrt_decay or linear_decay",
-    "max_decode_length": "decoding: most output tokens (0: targets_length)",
-    "mesh_shape": "devices as named mesh dimensions, e.g. model:2,batch:4 ('' is one device)",
-    "norm_scope": "norm variable names: layer_norm (T5 v1.0) or rms_norm (T5 v1.1)",
-    "num_decoder_layers": "decoder blocks",
-    "num_encoder_layers": "encoder blocks",
-    "num_heads": "attention heads",
-    "optimizer": "adafactor or adam",
-    "pack": "several examples per training row (segment ids keep them apart)",
-    "relative_attention_num_buckets": "relative-position buckets of the attention bias",
-    "targets_length": "target tokens per example, EOS included; longer targets are cut",
-    "temperature": "decoding: 0 greedy, above 0 samples",
-    "tie_embeddings": "logits from the embedding matrix (T5 v1.0) or from decoder/logits/kernel (v1.1)",
-    "top_k": "decoding: sample among the k most likely tokens (0: all)",
-    "vocab_divisor": "the vocabulary is padded to a multiple of this",
-    "warmup_steps": "steps of linear warmup to learning_rate",
-    "weight_decay": "decoupled weight decay",
-    "z_loss": "weight of the log(Z)^2 term that keeps logits from drifting",
+# Every hparam the model, the input pipeline and the trainer read: its default (the values
+# of `mtf_transformer_base`, which every built-in set changes only where it differs) and
+# what it means (--hparams_help). A value read from a model_dir is typed by its default.
+SCHEMA: dict[str, tuple[Any, str]] = {
+    # Model dimensions.
+    "d_model": (512, "model (embedding) size"),
+    "d_ff": (2048, "feed-forward hidden size"),
+    "num_heads": (8, "attention heads"),
+    "d_kv": (64, "size of each attention head's keys and values"),
+    "num_encoder_layers": (6, "encoder blocks"),
+    "num_decoder_layers": (6, "decoder blocks"),
+    "ffn_activation": ("relu", "relu, gelu, ... or gated-<one of them> (T5 v1.1: gated-gelu)"),
+    "relative_attention_num_buckets": (32, "relative-position buckets of the attention bias"),
+    "vocab_divisor": (128, "the vocabulary is padded to a multiple of this"),
+    # T5 v1.0 computes logits with the embedding matrix; v1.1 has decoder/logits/kernel.
+    "tie_embeddings": (True, "logits from the embedding matrix (T5 v1.0) or from decoder/logits/kernel (v1.1)"),
+    # Norm variables: T5 v1.0's .../layer_norm/scale and final_layer_norm/scale, or
+    # T5 v1.1's .../rms_norm/scale (see t2tcli.model.weight_names).
+    "norm_scope": ("layer_norm", "norm variable names: layer_norm (T5 v1.0) or rms_norm (T5 v1.1)"),
+    # Regularisation and loss.
+    "dropout_rate": (0.1, "dropout of every sublayer, attention and FFN (training only)"),
+    "label_smoothing": (0.0, "label smoothing of the training loss"),
+    "z_loss": (1e-4, "weight of the log(Z)^2 term that keeps logits from drifting"),
+    # Numerics: auto is bfloat16 where the hardware runs it natively (TPUs, GPUs of
+    # compute capability 8.0+, CPUs with AMX or AVX512-BF16) and float32 elsewhere,
+    # decided on the machine that runs the model (t2tcli.model.dtype_policy); variables stay float32.
+    "activation_dtype": (
+        "auto",
+        "auto (bfloat16 where the hardware runs it natively, else float32), bfloat16 or float32",
+    ),
+    # Sequences and batches.
+    "inputs_length": (128, "input tokens per example, EOS included; longer inputs are cut"),
+    "targets_length": (128, "target tokens per example, EOS included; longer targets are cut"),
+    "batch_size": (64, "sequences per step (or tokens, with batch_size_unit=tokens)"),
+    "batch_size_unit": ("sequences", "sequences or tokens"),
+    "pack": (True, "several examples per training row (segment ids keep them apart)"),
+    # Optimizer and learning-rate schedule.
+    "optimizer": ("adafactor", "adafactor or adam"),
+    "learning_rate_schedule": ("rsqrt_decay", "constant, rsqrt_decay or linear_decay"),
+    "learning_rate": (0.01, "peak (rsqrt_decay: during warmup) or constant learning rate"),
+    "warmup_steps": (10000, "steps of linear warmup to learning_rate"),
+    "decay_steps": (0, "linear_decay: steps to reach 0 (0: the run's --train_steps)"),
+    "adam_beta1": (0.9, "Adam's first-moment decay"),
+    "adam_beta2": (0.999, "Adam's second-moment decay"),
+    "adam_epsilon": (1e-8, "Adam's epsilon"),
+    "weight_decay": (0.0, "decoupled weight decay"),
+    # Mesh: empty mesh_shape = one device.
+    "mesh_shape": ("", "devices as named mesh dimensions, e.g. model:2,batch:4 ('' is one device)"),
+    "layout": (
+        "batch:batch;d_ff:model;heads:model;vocab:model;experts:batch",
+        "tensor dimension -> mesh dimension, e.g. batch:batch;d_ff:model;heads:model",
+    ),
+    # Decoding (PREDICT mode).
+    "beam_size": (1, "decoding: 1 greedy (or sampling), more for beam search"),
+    "alpha": (0.6, "beam search length penalty: score / ((5 + length) / 6) ** alpha"),
+    "temperature": (0.0, "decoding: 0 greedy, above 0 samples"),
+    "top_k": (0, "decoding: sample among the k most likely tokens (0: all)"),
+    "max_decode_length": (0, "decoding: most output tokens (0: targets_length)"),
 }
+DESCRIPTIONS = {key: described for key, (_, described) in SCHEMA.items()}
+
+
+def defaults() -> HParams:
+    """Every hparam with its default."""
+    return HParams(**{key: default for key, (default, _) in SCHEMA.items()})

@@ -15,18 +15,19 @@ from conftest import require_extra, run_binary
 from test_datagen import tree, write_quora
 from test_datagen_cli import assert_one_line_error
 
-from t2tcli import datagen, registry
-from t2tcli.problem import read_meta
+from t2tcli import registry
+from t2tcli.data import datagen, stages
+from t2tcli.data.layout import read_meta
 
 require_extra("apache_beam")
 
-from t2tcli import beam_datagen  # noqa: E402
+from t2tcli.data import beam_runner  # noqa: E402
 
 GLOB_PROBLEM = '''
-from t2tcli.problem import Text2TextProblem, VocabSpec
+from t2tcli.data.problem import Text2TextProblem, VocabSpec
 from t2tcli.registry import register_problem
-from t2tcli.sources import CsvSource, JsonlSource, raw_dir
-from t2tcli.text import squash_spaces
+from t2tcli.data.sources import CsvSource, JsonlSource, raw_dir
+from t2tcli.data.text import squash_spaces
 
 
 @register_problem("beam_notes")
@@ -81,7 +82,7 @@ def local_and_beam(name: str, tmp_path: Path, runner: str, beam_options: str = "
     problem = registry.problem(name)
     datagen.generate(problem, datagen.Options(data_dir=str(tmp_path / "local"), **options))
     beam_options_ = datagen.Options(data_dir=str(tmp_path / "beam"), **options | {"chunk_rows": 37})
-    beam_datagen.generate(problem, beam_options_, runner, beam_options, list(usr_dirs))
+    beam_runner.generate(problem, beam_options_, runner, beam_options, list(usr_dirs))
     return tree(tmp_path / "local"), tree(tmp_path / "beam")
 
 
@@ -96,7 +97,7 @@ def test_in_process_runner_writes_the_local_bytes_for_a_csv_glob_with_quoted_new
     assert meta["rows_read"] == 450 and meta["skipped"]["total"] == 15
     first = meta["skipped"]["sources"]["train"]["first_lines"]
     assert first[:3] == ["notes-0.csv:7", "notes-0.csv:41", "notes-0.csv:76"]  # a quoted newline every 9th row
-    assert len(first) == datagen.SKIPPED_LINES_REPORTED
+    assert len(first) == stages.SKIPPED_LINES_REPORTED
     assert not list((tmp_path / "beam").glob(".beam-*"))
 
 
@@ -136,13 +137,13 @@ def test_a_remote_data_dir_gets_the_local_bytes_and_a_rerun_sees_them_complete(t
     problem = registry.problem("qp_is_duplicate")
     datagen.generate(problem, datagen.Options(data_dir=str(tmp_path / "local")))
     remote = f"ram://{tmp_path.name}/data"
-    beam_datagen.generate(problem, datagen.Options(data_dir=remote), "InProcess", "", [])
+    beam_runner.generate(problem, datagen.Options(data_dir=remote), "InProcess", "", [])
     local = tree(tmp_path / "local")
     assert sorted(tf.io.gfile.listdir(remote)) == sorted(local)
     for name, data in local.items():
         with tf.io.gfile.GFile(f"{remote}/{name}", "rb") as f:
             assert f.read() == data, name
-    again = beam_datagen.generate(problem, datagen.Options(data_dir=remote), "InProcess", "", [])
+    again = beam_runner.generate(problem, datagen.Options(data_dir=remote), "InProcess", "", [])
     assert again == ["qp_is_duplicate: complete, skipped (use --overwrite to regenerate)"]
 
 
@@ -294,7 +295,7 @@ def test_a_remote_tmp_dir_is_read_whole_test_split_included(tmp_path):
         tf.io.gfile.copy(str(raw / name), f"{remote_raw}/{name}")
     problem = registry.problem("qp_is_duplicate")
     datagen.generate(problem, datagen.Options(data_dir=str(tmp_path / "local"), tmp_dir=str(raw)))
-    beam_datagen.generate(
+    beam_runner.generate(
         problem, datagen.Options(data_dir=str(tmp_path / "beam"), tmp_dir=remote_raw), "InProcess", "", []
     )
     beam, local = tree(tmp_path / "beam"), tree(tmp_path / "local")

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from toy_model import toy_model  # noqa: F401  (session fixture)
 
-from t2tcli import checkpoints
 from t2tcli.compat import tf
 from t2tcli.errors import UserError
+from t2tcli.model import checkpoints
 
 
 def make_checkpoint(model_dir: str, step: int, w: np.ndarray, b: float) -> str:

@@ -9,7 +9,7 @@ BINARIES = ["t2t-datagen", "t2t-train", "t2t-eval", "t2t-decode", "t2t-export", 
 
 USER_PROBLEM = textwrap.dedent(
     """
-    from t2tcli.problem import Text2TextProblem
+    from t2tcli.data.problem import Text2TextProblem
     from t2tcli.registry import register_problem
 
 

@@ -12,9 +12,10 @@ import test_numerics
 from conftest import require_extra, run_binary
 from toy_model import toy_model  # noqa: F401  (session fixture)
 
-from t2tcli import checkpoints, decoding, engines, loading, numerics
+from t2tcli.data.vocab import EOS_ID
+from t2tcli.decode import batching, engines, settings
 from t2tcli.errors import UserError
-from t2tcli.vocab import EOS_ID
+from t2tcli.model import checkpoints, dtype_policy, loading
 
 require_extra("ctranslate2")
 
@@ -27,7 +28,7 @@ def _predict(model, engine: str, rows, length: int = 16, **decode):
     checkpoint = checkpoints.resolve(model.model_dir, None)[1]
     predict = engines.predictor(model, settings, checkpoint, scoring=rows[0].targets is not None)
     inputs_length = max(16, *(len(r.inputs) for r in rows))
-    results = decoding.predict_rows(rows, predict, 4, inputs_length, length if rows[0].targets is not None else None)
+    results = batching.predict_rows(rows, predict, 4, inputs_length, length if rows[0].targets is not None else None)
     return [[int(i) for i in r["outputs"]] for r in results], [float(r["scores"]) for r in results]
 
 
@@ -39,7 +40,7 @@ def toy(toy_model, tmp_path_factory):  # noqa: F811
     model_dir = tmp_path_factory.mktemp("ct2") / "model"
     shutil.copytree(toy_model["model_dir"], model_dir)
     model = loading.load(str(model_dir), hparams="activation_dtype=float32")
-    rows = [decoding.Row(i, decoding.fit(model.vocab.encode(x), 16)[0]) for i, x in enumerate(LINES)]
+    rows = [batching.Row(i, batching.fit(model.vocab.encode(x), 16)[0]) for i, x in enumerate(LINES)]
     return model, rows
 
 
@@ -58,7 +59,7 @@ def test_float32_decodes_and_scores_equal_the_fast_engines(toy, decode):
     assert ct2_ids == fast_ids
     np.testing.assert_allclose(ct2_scores, fast_scores, rtol=1e-4, atol=1e-4)
     rows = [rows[i] for i in compared]
-    scored = [decoding.Row(r.index, r.inputs, [i for i in ids if i]) for r, ids in zip(rows, fast_ids, strict=True)]
+    scored = [batching.Row(r.index, r.inputs, [i for i in ids if i]) for r, ids in zip(rows, fast_ids, strict=True)]
     _, fast_scored = _predict(model, "fast", scored)
     _, ct2_scored = _predict(model, "ctranslate2", scored)
     np.testing.assert_allclose(ct2_scored, fast_scored, rtol=1e-4, atol=1e-4)
@@ -73,13 +74,13 @@ def test_long_lines_decode_and_score_as_on_the_fast_engine(toy):
     rng = np.random.default_rng(0)
     letters = "a b c d e f g h i j".split()
     texts = [" ".join(rng.choice(letters, n)) for n in (20, 24, 26, 30)]
-    rows = [decoding.Row(i, decoding.fit(model.vocab.encode(x), 32)[0]) for i, x in enumerate(texts)]
+    rows = [batching.Row(i, batching.fit(model.vocab.encode(x), 32)[0]) for i, x in enumerate(texts)]
     assert min(len(r.inputs) for r in rows) > 16
     fast_ids, fast_scores = _predict(model, "fast", rows, length=48)
     ct2_ids, ct2_scores = _predict(model, "ctranslate2", rows, length=48)
     assert ct2_ids == fast_ids
     np.testing.assert_allclose(ct2_scores, fast_scores, rtol=1e-4, atol=1e-4)
-    scored = [decoding.Row(r.index, r.inputs, (r.inputs[:-1] * 2)[:40] + [EOS_ID]) for r in rows]
+    scored = [batching.Row(r.index, r.inputs, (r.inputs[:-1] * 2)[:40] + [EOS_ID]) for r in rows]
     _, fast_scored = _predict(model, "fast", scored, length=48)
     _, ct2_scored = _predict(model, "ctranslate2", scored, length=48)
     np.testing.assert_allclose(ct2_scored, fast_scored, rtol=1e-4, atol=1e-4)
@@ -139,23 +140,23 @@ def test_t2t_decode_with_ctranslate2_writes_what_the_fast_engine_writes(toy_mode
 
 def test_auto_takes_ctranslate2_where_it_decodes_alike(toy):
     model, _ = toy
-    assert engines.choose(model, {"engine": "auto", "beam_size": 1})[0] == "ctranslate2"
-    engine, why = engines.choose(model, {"engine": "auto", "beam_size": 4, "alpha": 0.6})
+    assert settings.choose(model, {"engine": "auto", "beam_size": 1})[0] == "ctranslate2"
+    engine, why = settings.choose(model, {"engine": "auto", "beam_size": 4, "alpha": 0.6})
     assert engine == "fast" and "beam search" in why
-    assert engines.choose(model, {"engine": "auto", "beam_size": 4}, scoring=True)[0] == "ctranslate2"
-    assert engines.choose(model, {"engine": "fast"})[0] == "fast"
+    assert settings.choose(model, {"engine": "auto", "beam_size": 4}, scoring=True)[0] == "ctranslate2"
+    assert settings.choose(model, {"engine": "fast"})[0] == "fast"
 
 
 @pytest.mark.parametrize("flags, engine", [(test_numerics.AVX2, "ctranslate2"), (test_numerics.AMX, "fast")])
 def test_auto_keeps_the_tf_engine_where_bfloat16_is_native(toy, monkeypatch, flags, engine):
     """With activation_dtype=auto, a CPU that runs bfloat16 natively decodes on the TF engine."""
     model, _ = toy
-    monkeypatch.setattr(numerics, "detect", lambda use_tpu=False: test_numerics.cpu(flags))
+    monkeypatch.setattr(dtype_policy, "detect", lambda use_tpu=False: test_numerics.cpu(flags))
     auto = dataclasses.replace(model, hparams=model.hparams.copy())
     auto.hparams.activation_dtype = "auto"
-    chosen, why = engines.choose(auto, {"engine": "auto", "beam_size": 1})
+    chosen, why = settings.choose(auto, {"engine": "auto", "beam_size": 1})
     assert chosen == engine and (engine == "ctranslate2" or "bfloat16 runs natively" in why)
-    assert engines.choose(auto, {"engine": "ctranslate2", "beam_size": 1})[0] == "ctranslate2"
+    assert settings.choose(auto, {"engine": "ctranslate2", "beam_size": 1})[0] == "ctranslate2"
 
 
 def test_without_ctranslate2_the_engine_names_the_install(toy, monkeypatch):
@@ -164,8 +165,8 @@ def test_without_ctranslate2_the_engine_names_the_install(toy, monkeypatch):
     with pytest.raises(
         UserError, match="engine=ctranslate2 needs the ctranslate2 package: scripts/install ctranslate2"
     ):
-        engines.choose(model, {"engine": "ctranslate2"})
-    engine, why = engines.choose(model, {"engine": "auto", "beam_size": 1})
+        settings.choose(model, {"engine": "ctranslate2"})
+    engine, why = settings.choose(model, {"engine": "auto", "beam_size": 1})
     assert engine == "fast" and "CTranslate2 is not installed" in why
 
 

@@ -12,12 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from t2tcli import datagen, packed_encoder, registry, shards
+from t2tcli import registry
 from t2tcli.compat import tf
+from t2tcli.data import datagen, packed_encoder, shards, stats
+from t2tcli.data.layout import data_files, read_meta
+from t2tcli.data.packed_encoder import PackedTextEncoder, Spans, interleave, varint
+from t2tcli.data.problem import VocabSpec
+from t2tcli.data.vocab import EOS_ID, Vocabulary
 from t2tcli.errors import UserError
-from t2tcli.packed_encoder import PackedTextEncoder, Spans, interleave, varint
-from t2tcli.problem import VocabSpec, data_files, read_meta
-from t2tcli.vocab import EOS_ID, Vocabulary
 
 WORDS = "what how why is the a best way to learn python cook rice fast good book read".split()
 
@@ -219,7 +221,7 @@ def test_batch_of_examples_equals_one_by_one():
 
 
 def test_column_wise_squash_spaces_with_every_kind_of_whitespace():
-    from t2tcli import columns, text
+    from t2tcli.data import columns, text
 
     every = {c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace()}
     assert every == {" ", *text._OTHER_WHITESPACE}  # the scan for irregular spacing looks for all of them
@@ -305,15 +307,15 @@ def test_spans_gather_and_take_match_python_slicing():
 
 def test_vocab_sample_is_bounded_distinct_and_independent_of_chunking():
     texts = [f"text {i}" for i in range(5000)] + ["0"] * 3000 + ["1"] * 3000
-    chunked = datagen.VocabSample(200)
+    chunked = stats.VocabSample(200)
     for start in range(0, len(texts), 700):
         chunked.add(texts[start : start + 700])
     assert len(chunked.texts) <= 250
-    whole = datagen.VocabSample(200)
+    whole = stats.VocabSample(200)
     whole.add(texts[::-1])
     sample = chunked.sentences()
     assert sample == whole.sentences() and len(sample) == len(set(sample)) == 200
-    small = datagen.VocabSample(10_000)
+    small = stats.VocabSample(10_000)
     small.add(texts)
     assert sorted(small.sentences()) == sorted(set(texts))
 
@@ -340,7 +342,7 @@ def test_vocab_from_file_is_reused_not_trained(toy_dir, tmp_path):
 
 
 def test_sentinels_encode_as_t5_and_round_trip(toy_dir, tmp_path):
-    from t2tcli import vocab as vocablib
+    from t2tcli.data import vocab as vocablib
 
     proto = (toy_dir / "vocab.toy.model").read_bytes()
     with_ids = vocablib.with_sentinels(proto, 100)
@@ -356,7 +358,7 @@ def test_sentinels_encode_as_t5_and_round_trip(toy_dir, tmp_path):
 
 
 def test_vocab_from_replaces_the_problems_vocabulary_and_regenerates(toy_dir, tmp_path):
-    from t2tcli import vocab as vocablib
+    from t2tcli.data import vocab as vocablib
 
     other = tmp_path / "other.model"
     other.write_bytes(vocablib.with_sentinels((toy_dir / "vocab.toy.model").read_bytes(), 10))

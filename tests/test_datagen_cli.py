@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO
 from test_datagen import tree, write_quora
 
-from t2tcli.problem import read_meta
+from t2tcli.data.layout import read_meta
 
 
 def assert_one_line_error(proc, *fragments: str) -> None:

@@ -76,19 +76,20 @@ def test_bad_input_is_one_line_error(binary, toy_model, tmp_path):  # noqa: F811
 
 
 def test_beam_scores_at_least_greedy(toy_model):  # noqa: F811
-    from t2tcli import decoding, engines, loading
-    from t2tcli.checkpoints import resolve
+    from t2tcli.decode import batching, engines
+    from t2tcli.model import loading
+    from t2tcli.model.checkpoints import resolve
 
     # float32: in bfloat16 the same sequence scores differently by ~1e-4 in a batch of
     # 4 rows (greedy) and of 16 (4 beams), which is numerics, not search.
     model = loading.load(toy_model["model_dir"], hparams="activation_dtype=float32")
     _, path = resolve(toy_model["model_dir"], None)
     lines = ["a b c d e", "j i h g", "a a a b b b", "c", "e d c b a j i h g f"]
-    rows = [decoding.Row(i, decoding.fit(model.vocab.encode(x), 32)[0]) for i, x in enumerate(lines)]
+    rows = [batching.Row(i, batching.fit(model.vocab.encode(x), 32)[0]) for i, x in enumerate(lines)]
     scores = {}
     for beam in (1, 4):
         decode = {"beam_size": beam, "alpha": 0.0, "temperature": 0.0, "top_k": 0, "max_decode_length": 0}
-        results = decoding.predict_rows(rows, engines.predictor(model, decode, path), 4, 32)
+        results = batching.predict_rows(rows, engines.predictor(model, decode, path), 4, 32)
         scores[beam] = [float(r["scores"]) for r in results]
     for greedy, beam in zip(scores[1], scores[4], strict=True):
         assert beam >= greedy - 1e-4
@@ -98,19 +99,20 @@ def test_beam_scores_at_least_greedy(toy_model):  # noqa: F811
 def test_batches_in_flight_keep_each_row_its_own_result(toy_model):  # noqa: F811
     """Several batches decode at once and come back in batch order: every row gets the
     result it gets when decoded alone, and the Estimator's own predict loop agrees."""
-    from t2tcli import decoding, engines, loading
-    from t2tcli.checkpoints import resolve
+    from t2tcli.decode import batching, engines, settings, tf_predict
+    from t2tcli.model import loading
+    from t2tcli.model.checkpoints import resolve
 
     # float32, so batch shape cannot move a bfloat16 rounding (see the test above).
     model = loading.load(toy_model["model_dir"], hparams="activation_dtype=float32")
     _, path = resolve(toy_model["model_dir"], None)
-    decode = decoding.estimator_params(decoding.parse_decode_hparams("", model.hparams))
-    estimator = loading.build_estimator(model, {**decode, "engine": "fast"})
+    decode = settings.estimator_params(settings.parse_decode_hparams("", model.hparams))
+    estimator = tf_predict.estimator_for(model, {**decode, "engine": "fast"})
     lines = ["a b c", "j", "d e f g h", "c c", "a b c d e f", "h g", "i", "b d f h j", "e e e"]
-    rows = [decoding.Row(i, decoding.fit(model.vocab.encode(x), 16)[0]) for i, x in enumerate(lines)]
+    rows = [batching.Row(i, batching.fit(model.vocab.encode(x), 16)[0]) for i, x in enumerate(lines)]
 
     def outputs(predict, batch_size: int) -> list[list[int]]:
-        results = decoding.predict_rows(rows, predict, batch_size, 16)
+        results = batching.predict_rows(rows, predict, batch_size, 16)
         return [[int(i) for i in r["outputs"]] for r in results]
 
     alone = outputs(engines.session_predict(estimator, path, in_flight=1), 1)

@@ -9,9 +9,12 @@ import sys
 import numpy as np
 import pytest
 
-from t2tcli import decoding, textio
+from t2tcli.data.vocab import EOS_ID, PAD_ID
+from t2tcli.decode import batching, settings
+from t2tcli.decode import lines as decode_lines
+from t2tcli.decode.stats import Stats
 from t2tcli.errors import UserError
-from t2tcli.vocab import EOS_ID, PAD_ID
+from t2tcli.io import text_files
 
 
 def char_encode(text: str) -> list[int]:
@@ -49,17 +52,17 @@ class ReversingModel:
                 yield {"outputs": out, "scores": np.float32(score)}
 
 
-def job(**kw) -> decoding.Job:
+def job(**kw) -> decode_lines.LineJob:
     args = dict(encode=char_encode, decode=char_decode, inputs_length=16, targets_length=8, batch_size=3)
     args.update(kw)
-    return decoding.Job(**args)
+    return decode_lines.LineJob(**args)
 
 
 def test_one_output_per_input_in_order_with_empty_lines():
     lines = ["abc", "", "hello world", "   ", "x", "longer line here", "", "zz"]
     out = io.StringIO()
     model = ReversingModel()
-    stats = decoding.run(lines, out, job(), model)
+    stats = decode_lines.run(lines, out, job(), model)
     assert out.getvalue().split("\n")[:-1] == ["cba", "", "dlrow olleh", "", "x", "reh enil regnol", "", "zz"]
     assert stats.lines == 8 and stats.empty == 3
     assert stats.output_tokens == 3 + 11 + 1 + 16 + 2 - 1  # the 16-char line is cut to 15 tokens + EOS
@@ -71,22 +74,22 @@ def test_one_output_per_input_in_order_with_empty_lines():
 
 def test_newlines_travel_escaped():
     out = io.StringIO()
-    decoding.run(["ab\\ncd", "back\\\\slash"], out, job(), ReversingModel())
+    decode_lines.run(["ab\\ncd", "back\\\\slash"], out, job(), ReversingModel())
     assert out.getvalue() == "dc\\nba\nhsals\\\\kcab\n"
 
 
 def test_escape_round_trip():
     for text in ["plain", "two\nlines", "tab\there", "back\\n slash", "\r\n", ""]:
-        assert textio.unescape(textio.escape(text)) == text
-        assert "\n" not in textio.escape(text)
-    assert textio.unescape("C:\\path") == "C:\\path"
+        assert text_files.unescape(text_files.escape(text)) == text
+        assert "\n" not in text_files.escape(text)
+    assert text_files.unescape("C:\\path") == "C:\\path"
 
 
 def test_truncation_is_counted_and_warned(caplog):
     lines = ["a" * 30, "b" * 5, "c" * 16]
     out = io.StringIO()
     with caplog.at_level("WARNING"):
-        stats = decoding.run(lines, out, job(inputs_length=10), ReversingModel())
+        stats = decode_lines.run(lines, out, job(inputs_length=10), ReversingModel())
     assert stats.truncated_inputs == 2
     assert out.getvalue().split("\n")[:-1] == ["a" * 9, "b" * 5, "c" * 9]
     assert "input:1: input of 31 tokens truncated to 10" in caplog.text
@@ -97,11 +100,11 @@ def test_summary_says_how_many_rows_the_decode_steps_computed():
     """The fast engine says the rows its loops computed; the summary turns that into the
     share of rows x steps, which tells how much finished lines leaving the loop saved.
     An engine that says only its steps (CTranslate2's) gets no share."""
-    stats = decoding.Stats()
+    stats = Stats()
     stats.count_batch({"decode_steps": 10, "decode_row_steps": 50, "decode_loop_rows": 8}, 2)
     stats.count_batch({"decode_steps": 6, "decode_row_steps": 14, "decode_loop_rows": 4}, 1)
     assert stats.summary().endswith("2 batches, 16 decode steps, 62% of their rows computed")
-    steps_only = decoding.Stats()
+    steps_only = Stats()
     steps_only.count_batch({"decode_steps": 7}, 3)
     assert steps_only.summary().endswith("1 batch, 7 decode steps")
 
@@ -109,12 +112,12 @@ def test_summary_says_how_many_rows_the_decode_steps_computed():
 def test_summary_says_how_long_the_engine_itself_computed():
     """An engine that says its own compute time per batch (CTranslate2's) gets it summed
     beside the decode time, so t2t-decode's own share of it can be read off one run."""
-    stats = decoding.Stats(started=0.0)
+    stats = Stats(started=0.0)
     stats.first_batch, stats.finished = 1.0, 11.0
     stats.count_batch({"decode_steps": 5, "engine_seconds": 4.25}, 2)
     stats.count_batch({"decode_steps": 3, "engine_seconds": 5.0}, 2)
     assert stats.summary().endswith("2 batches, 8 decode steps; 9.25 s of the 10.00 s in the engine")
-    assert "in the engine" not in decoding.Stats().summary()
+    assert "in the engine" not in Stats().summary()
 
 
 def test_format_input_errors_name_the_line():
@@ -124,29 +127,31 @@ def test_format_input_errors_name_the_line():
         return "pair: " + line.replace("\t", " | ")
 
     out = io.StringIO()
-    decoding.run(["q1\tq2"], out, job(format_input=fmt, inputs_length=40), ReversingModel())
+    decode_lines.run(["q1\tq2"], out, job(format_input=fmt, inputs_length=40), ReversingModel())
     assert out.getvalue() == "2q | 1q :riap\n"
     with pytest.raises(UserError, match=r"in.txt:2: expected question1<TAB>question2"):
-        decoding.run(["a\tb", "no tab"], io.StringIO(), job(format_input=fmt, source_name="in.txt"), ReversingModel())
+        decode_lines.run(
+            ["a\tb", "no tab"], io.StringIO(), job(format_input=fmt, source_name="in.txt"), ReversingModel()
+        )
 
 
 def test_scoring_reads_pairs_and_keeps_empty_lines():
     out = io.StringIO()
     model = ReversingModel()
-    decoding.run(["in\tabc", "", "a\tb\tlonger"], out, job(), model, scoring=True)
+    decode_lines.run(["in\tabc", "", "a\tb\tlonger"], out, job(), model, scoring=True)
     assert out.getvalue().split("\n")[:-1] == ["-4", "", "-7"]  # target tokens + EOS
     assert "targets" in model.batches[0]
     with pytest.raises(UserError, match="input:1: expected 'input<TAB>target'"):
-        decoding.run(["no target"], io.StringIO(), job(), ReversingModel(), scoring=True)
+        decode_lines.run(["no target"], io.StringIO(), job(), ReversingModel(), scoring=True)
 
 
 def test_many_lines_across_sort_windows(monkeypatch):
-    monkeypatch.setattr(decoding, "SORT_WINDOW_BATCHES", 2)
+    monkeypatch.setattr(batching, "SORT_WINDOW_BATCHES", 2)
     rng = np.random.default_rng(0)
     lines = ["".join(chr(97 + int(c)) for c in rng.integers(0, 26, rng.integers(0, 12))) for _ in range(200)]
     out = io.StringIO()
     seen = []
-    decoding.run(lines, out, job(batch_size=7), ReversingModel(), progress=seen.append)
+    decode_lines.run(lines, out, job(batch_size=7), ReversingModel(), progress=seen.append)
     assert out.getvalue().split("\n")[:-1] == [line[::-1] for line in lines]
     assert sum(seen) == 200
 
@@ -157,19 +162,19 @@ def test_model_returning_too_few_rows_is_an_error():
             yield {"outputs": features["inputs"][0], "scores": 0.0}
 
     with pytest.raises(RuntimeError, match="fewer rows"):
-        decoding.run(["a", "b"], io.StringIO(), job(), short_model)
+        decode_lines.run(["a", "b"], io.StringIO(), job(), short_model)
 
 
 def test_decode_hparams_validation():
-    hp = decoding.parse_decode_hparams("beam_size=4,alpha=0.6,batch_size=8")
+    hp = settings.parse_decode_hparams("beam_size=4,alpha=0.6,batch_size=8")
     assert (hp.beam_size, hp.alpha, hp.batch_size, hp.temperature) == (4, 0.6, 8, 0.0)
     with pytest.raises(UserError, match="unknown hparam 'beam'"):
-        decoding.parse_decode_hparams("beam=4")
+        settings.parse_decode_hparams("beam=4")
     with pytest.raises(UserError, match="does not sample"):
-        decoding.parse_decode_hparams("beam_size=4,temperature=1.0")
+        settings.parse_decode_hparams("beam_size=4,temperature=1.0")
     with pytest.raises(UserError, match="engine=tpu is not one of auto, fast, mesh"):
-        decoding.parse_decode_hparams("engine=tpu")
-    params = decoding.estimator_params(decoding.parse_decode_hparams("engine=mesh,beam_size=2"))
+        settings.parse_decode_hparams("engine=tpu")
+    params = settings.estimator_params(settings.parse_decode_hparams("engine=mesh,beam_size=2"))
     assert params == {
         "beam_size": 2,
         "alpha": 0.6,
@@ -183,23 +188,23 @@ def test_decode_hparams_validation():
 
 def test_read_lines_stdin_and_crlf(monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a\r\n\nb\x0cc\nlast")))
-    assert list(textio.read_lines("-", "decode_from_file")) == ["a", "", "b\x0cc", "last"]
+    assert list(text_files.read_lines("-", "decode_from_file")) == ["a", "", "b\x0cc", "last"]
     path = tmp_path / "in.txt"
     path.write_bytes(b"x\n\ny\n")
-    assert list(textio.read_lines(str(path), "f")) == ["x", "", "y"]
-    assert textio.count_lines(str(path)) == 3
+    assert list(text_files.read_lines(str(path), "f")) == ["x", "", "y"]
+    assert text_files.count_lines(str(path)) == 3
     with pytest.raises(UserError, match="--f=.*missing.txt: no such file"):
-        list(textio.read_lines(str(tmp_path / "missing.txt"), "f"))
+        list(text_files.read_lines(str(tmp_path / "missing.txt"), "f"))
 
 
 def test_atomic_output_leaves_nothing_on_failure(tmp_path):
     target = tmp_path / "out.txt"
     with pytest.raises(RuntimeError):
-        with textio.atomic_output(str(target), "decode_to_file") as f:
+        with text_files.atomic_output(str(target), "decode_to_file") as f:
             f.write("partial\n")
             raise RuntimeError("boom")
     assert os.listdir(tmp_path) == []
-    with textio.atomic_output(str(target), "decode_to_file") as f:
+    with text_files.atomic_output(str(target), "decode_to_file") as f:
         f.write("done\n")
     assert target.read_text() == "done\n"
 
@@ -210,24 +215,24 @@ def test_lines_are_formatted_as_the_problem_formats_them():
     problem = registry.problem("qp_is_duplicate")
     model = ReversingModel(max_decode_length=200)
     out = io.StringIO()
-    fmt = decoding.input_formatter(problem, raw=False)
-    decoding.run(["How old are you?\tWhat is your age?", ""], out, job(format_input=fmt, inputs_length=200), model)
+    fmt = decode_lines.input_formatter(problem, raw=False)
+    decode_lines.run(["How old are you?\tWhat is your age?", ""], out, job(format_input=fmt, inputs_length=200), model)
     fed = char_decode(list(model.batches[0]["inputs"][0]))
     record = {"question1": "How old are you?", "question2": "What is your age?"}
     assert fed == problem.preprocess(record)["inputs"]
     assert fed.startswith("is duplicate: ") and " <SEP> " in fed
     with pytest.raises(UserError, match=r"input:1: expected 2 tab-separated fields \(question1, question2\), got 1"):
-        decoding.run(["just one question"], io.StringIO(), job(format_input=fmt), ReversingModel())
-    raw = decoding.input_formatter(problem, raw=True)
+        decode_lines.run(["just one question"], io.StringIO(), job(format_input=fmt), ReversingModel())
+    raw = decode_lines.input_formatter(problem, raw=True)
     assert raw("is duplicate: a <SEP> b") == "is duplicate: a <SEP> b"
     with pytest.raises(UserError, match="'qp_all' is a mixture: pass --problem=<one of qp_is_duplicate"):
-        decoding.input_formatter(registry.problem("qp_all"), raw=False)
+        decode_lines.input_formatter(registry.problem("qp_all"), raw=False)
 
 
 def test_scan_lengths_sizes_static_shapes_to_the_file():
     lines = ["abc", "", "abcdefg\tx", "a\\nb"]
-    assert decoding.scan_lengths(lines, job(), scoring=False) == (10, 1)
-    assert decoding.scan_lengths(["ab\tcdef", "abcd\tx"], job(), scoring=True) == (5, 5)
-    assert [decoding.bucket(n) for n in (1, 16, 17, 40)] == [16, 16, 32, 48]
+    assert decode_lines.scan_lengths(lines, job(), scoring=False) == (10, 1)
+    assert decode_lines.scan_lengths(["ab\tcdef", "abcd\tx"], job(), scoring=True) == (5, 5)
+    assert [decode_lines.bucket(n) for n in (1, 16, 17, 40)] == [16, 16, 32, 48]
     with pytest.raises(UserError, match="input:2: expected 'input<TAB>target'"):
-        decoding.scan_lengths(["a\tb", "c"], job(), scoring=True)
+        decode_lines.scan_lengths(["a\tb", "c"], job(), scoring=True)

@@ -8,12 +8,12 @@ import os
 
 import pytest
 
-from t2tcli import evaluation
+from t2tcli.data.vocab import EOS_ID
 from t2tcli.errors import UserError
-from t2tcli.vocab import EOS_ID
+from t2tcli.evaluate import evaluation, following, results
 
 
-class FakeBackend:
+class FakeModel:
     """Decodes by echoing the input, except inputs starting with id 9 (decoded as [5]).
 
     Every target token gets log-probability log(0.5).
@@ -35,8 +35,8 @@ def text(ids):
 
 
 def make_evaluator(tmp_path, tasks):
-    sink = evaluation.ResultsSink(str(tmp_path / "eval_dev"), tensorboard=True)
-    return evaluation.Evaluator(FakeBackend(), tasks, text, 8, 8, sink, "dev"), sink
+    sink = results.ResultsSink(str(tmp_path / "eval_dev"), tensorboard=True)
+    return evaluation.Evaluator(FakeModel(), tasks, text, 8, 8, sink, "dev"), sink
 
 
 def test_per_problem_metrics_loss_and_files(tmp_path):
@@ -61,7 +61,7 @@ def test_per_problem_metrics_loss_and_files(tmp_path):
     ]
     assert sink.evaluated_steps("dev") == {100} and sink.evaluated_steps("test") == set()
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "eval_dev"))
-    table = evaluation.table(records).splitlines()
+    table = results.table(records).splitlines()
     assert table[0].split() == ["step", "problem", "n", "sequence_accuracy", "loss", "perplexity", "accuracy", "f1"]
     assert table[2].split()[:3] == ["100", "label", "2"]
 
@@ -108,7 +108,7 @@ def test_wait_follows_new_checkpoints_until_training_finishes(tmp_path):
     fake = FakeTime()
     fake.on_sleep = [lambda: None, lambda: write_checkpoint(model_dir, 200), lambda: write_checkpoint(model_dir, 300)]
     seen = []
-    outcome = evaluation.follow(
+    outcome = following.follow(
         model_dir, lambda s, p: seen.append(s), set(), 100, poll_seconds=10, clock=fake.clock, sleep=fake.sleep
     )
     assert outcome.reason == "finished" and seen == [100, 200, 300] == outcome.evaluated
@@ -121,7 +121,7 @@ def test_wait_times_out_when_training_stalls_and_skips_done_steps(tmp_path):
     write_checkpoint(model_dir, 200)
     fake = FakeTime()
     seen = []
-    outcome = evaluation.follow(
+    outcome = following.follow(
         model_dir, lambda s, p: seen.append(s), {100}, 60, poll_seconds=7, clock=fake.clock, sleep=fake.sleep
     )
     assert outcome.reason == "timeout" and seen == [200]
@@ -140,7 +140,7 @@ def test_wait_skips_a_checkpoint_deleted_before_its_turn(tmp_path):
         if step == 100:
             raise tf.errors.NotFoundError(None, None, "gone")
 
-    outcome = evaluation.follow(model_dir, evaluate, set(), 5, clock=FakeTime().clock, sleep=lambda s: None)
+    outcome = following.follow(model_dir, evaluate, set(), 5, clock=FakeTime().clock, sleep=lambda s: None)
     assert outcome.evaluated == [200] and outcome.reason == "finished"
 
 
@@ -169,9 +169,9 @@ def test_read_examples_strips_eos(tmp_path):
 def test_wait_for_a_run_that_never_starts_is_bounded(tmp_path):
     fake = FakeTime()
     with pytest.raises(UserError, match="no training run appeared"):
-        evaluation.wait_for_run(str(tmp_path), 30, poll_seconds=4, clock=fake.clock, sleep=fake.sleep)
+        following.wait_for_run(str(tmp_path), 30, poll_seconds=4, clock=fake.clock, sleep=fake.sleep)
     assert 30 <= fake.now < 31
     fake = FakeTime()
     fake.on_sleep = [lambda: None, lambda: write_run(str(tmp_path), 10)]
-    evaluation.wait_for_run(str(tmp_path), 30, poll_seconds=4, clock=fake.clock, sleep=fake.sleep)
+    following.wait_for_run(str(tmp_path), 30, poll_seconds=4, clock=fake.clock, sleep=fake.sleep)
     assert fake.now == 8

@@ -1,4 +1,4 @@
-"""t2tcli.fast_decode computes what mesh-tensorflow's decode and scoring compute.
+"""t2tcli.decode.fast computes what mesh-tensorflow's decode and scoring compute.
 
 Both engines run on the same trained toy checkpoint through the same Estimator
 contract; in float32 they must agree on teacher-forced scores, greedy and beam decodes.
@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from toy_model import SAVE_EVERY, toy_model  # noqa: F401  (session fixture)
 
-from t2tcli import fast_decode, fast_search, model, numerics, run_info
 from t2tcli.compat import tf
+from t2tcli.data.vocab import EOS_ID, Vocabulary
+from t2tcli.decode import fast, fast_kernels, fast_top_k, fast_weights, search, tf_predict
 from t2tcli.errors import UserError
-from t2tcli.vocab import EOS_ID, Vocabulary
+from t2tcli.model import dtype_policy, run_records
 
 BATCH = 8
 TEXTS = ["d", "a b c", "e e a a b a", "j d g j g i g h d", "c", "f g c g h d e j", "b b b b", "i h g f e"]
@@ -21,7 +22,7 @@ TEXTS = ["d", "a b c", "e e a a b a", "j d g j g i g h d", "c", "f g c g h d e j
 
 @pytest.fixture(scope="module")
 def toy(toy_model):  # noqa: F811
-    _, hp, _ = run_info.load(toy_model["model_dir"])
+    _, hp, _ = run_records.load(toy_model["model_dir"])
     vocab = Vocabulary(f"{toy_model['model_dir']}/vocab.model")
     ids = np.zeros([BATCH, hp.inputs_length], np.int32)
     for row, text in enumerate(TEXTS):
@@ -37,7 +38,7 @@ def _predict(
     hp = hp.copy()
     hp.activation_dtype = dtype
     decode = {"engine": engine, "max_decode_length": 16, **decode}
-    est = model.build_estimator(model_dir, hp, vocab_size, params={"decode": decode})
+    est = tf_predict.build_estimator(model_dir, hp, vocab_size, decode)
     features = {"inputs": ids} if targets is None else {"inputs": ids, "targets": targets}
     preds = list(
         est.predict(
@@ -52,10 +53,10 @@ def test_teacher_forced_scores_match_mesh_tensorflow(toy):
     ids = toy[3]
     # The inputs themselves (the model's copy: likely) and a corrupted copy (unlikely).
     targets = np.concatenate([ids[:4], np.where(ids[4:] > 1, 5, ids[4:])])
-    _, fast = _predict(toy, "fast", targets=targets)
+    _, fast_scores = _predict(toy, "fast", targets=targets)
     _, mesh = _predict(toy, "mesh", targets=targets)
-    np.testing.assert_allclose(fast, mesh, rtol=1e-4, atol=1e-4)
-    assert fast[:4].mean() > fast[4:].mean()
+    np.testing.assert_allclose(fast_scores, mesh, rtol=1e-4, atol=1e-4)
+    assert fast_scores[:4].mean() > fast_scores[4:].mean()
 
 
 @pytest.mark.parametrize(
@@ -66,11 +67,11 @@ def test_teacher_forced_scores_match_mesh_tensorflow(toy):
 @pytest.mark.parametrize("decode", [{"beam_size": 1}, {"beam_size": 4, "alpha": 0.0}])
 def test_decodes_match_mesh_tensorflow(toy, decode, transposed, ffn_padding, beam_onednn, monkeypatch):
     """Every layout of the fast engine's kernels and every attention kernel choice
-    (numerics.transposed_kernels, numerics.ffn_padding and
-    numerics.beam_attention_on_onednn pick one per CPU) decodes as mesh-tensorflow does."""
-    monkeypatch.setattr(fast_decode, "_transposed_kernels", lambda: transposed)
-    monkeypatch.setattr(numerics, "ffn_padding", lambda machine, d_ff: ffn_padding)
-    monkeypatch.setattr(fast_decode, "_beam_attention_on_onednn", lambda: beam_onednn)
+    (dtype_policy.transposed_kernels, dtype_policy.ffn_padding and
+    dtype_policy.beam_attention_on_onednn pick one per CPU) decodes as mesh-tensorflow does."""
+    monkeypatch.setattr(fast_kernels, "transposed_kernels", lambda: transposed)
+    monkeypatch.setattr(dtype_policy, "ffn_padding", lambda machine, d_ff: ffn_padding)
+    monkeypatch.setattr(fast_kernels, "beam_attention_on_onednn", lambda: beam_onednn)
     fast_ids, fast_scores = _predict(toy, "fast", **decode)
     mesh_ids, mesh_scores = _predict(toy, "mesh", **decode)
     np.testing.assert_array_equal(fast_ids, mesh_ids)
@@ -95,13 +96,13 @@ def test_beam_length_penalty_matches_mesh_tensorflow_where_it_picks_the_winner(t
 
 
 def _search(toy, decode: dict) -> dict:
-    """fast_search.decode of the toy's rows in a graph of its own: the loop's own outputs."""
+    """search.decode of the toy's rows in a graph of its own: the loop's own outputs."""
     model_dir, hp, vocab_size, ids = toy
     hp = hp.copy()
     hp.activation_dtype = "float32"
     settings = {"beam_size": 1, "alpha": 0.0, "temperature": 0.0, "top_k": 0, **decode}
     with tf.Graph().as_default():
-        decoded = fast_search.decode(fast_decode.Weights(hp, vocab_size), tf.constant(ids), settings, 16)
+        decoded = search.decode(fast_weights.Weights(hp, vocab_size), tf.constant(ids), settings, 16)
         saver = tf.compat.v1.train.Saver()
         with tf.compat.v1.Session() as session:
             saver.restore(session, tf.train.latest_checkpoint(model_dir))
@@ -115,7 +116,7 @@ def test_finished_inputs_leave_the_loop_without_changing_its_answers(toy, decode
     a loop that keeps them all computes."""
     rows = BATCH * decode["beam_size"]
     leaving = _search(toy, decode)
-    monkeypatch.setattr(fast_search, "COMPACT_SHARE", 2.0)  # more than all: nothing leaves
+    monkeypatch.setattr(search, "COMPACT_SHARE", 2.0)  # more than all: nothing leaves
     staying = _search(toy, decode)
     assert staying["row_steps"] == rows * staying["steps"]
     assert leaving["row_steps"] < rows * leaving["steps"]
@@ -148,7 +149,7 @@ def test_an_unknown_ffn_activation_is_refused_before_a_graph_is_built(toy):
     hp = hp.copy()
     hp.ffn_activation = "elu"
     with pytest.raises(UserError, match="ffn_activation='elu': use one of relu, gelu"):
-        model.build_estimator(model_dir, hp, vocab_size, params={"decode": {"engine": "fast"}})
+        tf_predict.build_estimator(model_dir, hp, vocab_size, {"engine": "fast"})
 
 
 @pytest.mark.parametrize("n", [4096, 4000, 1000, 256])
@@ -159,7 +160,7 @@ def test_top_k_by_chunks_is_top_k_with_ties_to_the_lower_position(n):
     logits = np.concatenate([rng.integers(0, 5, size=[32, n]), rng.normal(size=[32, n])], axis=0).astype(np.float32)
     k = 8
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-        top, at, peak = session.run(fast_decode._top_k_by_chunks(tf.constant(logits), k))
+        top, at, peak = session.run(fast_top_k.top_k_by_chunks(tf.constant(logits), k))
     expected = np.argsort(-logits, axis=1, kind="stable")[:, :k]
     np.testing.assert_array_equal(at, expected)
     np.testing.assert_array_equal(top, np.take_along_axis(logits, expected, axis=1))
@@ -169,8 +170,8 @@ def test_top_k_by_chunks_is_top_k_with_ties_to_the_lower_position(n):
 def test_trim_padding_cuts_columns_no_row_uses():
     ids = np.array([[5, 6, 1, 0, 0, 0], [7, 1, 0, 0, 0, 0]], np.int32)
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-        trimmed = session.run(fast_decode.trim_padding(tf.constant(ids)))
-        empty = session.run(fast_decode.trim_padding(tf.zeros([2, 4], tf.int32)))
+        trimmed = session.run(fast.trim_padding(tf.constant(ids)))
+        empty = session.run(fast.trim_padding(tf.zeros([2, 4], tf.int32)))
     np.testing.assert_array_equal(trimmed, ids[:, :3])
     assert empty.shape == (2, 1), "a batch of padding keeps one column"
 
@@ -190,7 +191,7 @@ def test_padding_length_does_not_change_decodes_or_scores(toy):
 
 
 def test_top_log_probs_by_blocks_are_the_log_softmax_top_k():
-    """Beam search reduces each step's logits block by block (fast_decode.logits_blocks):
+    """Beam search reduces each step's logits block by block (fast_top_k.logits_blocks):
     the k best tokens and their log-probabilities are those of the whole row."""
     import types
 
@@ -205,18 +206,18 @@ def test_top_log_probs_by_blocks_are_the_log_softmax_top_k():
             logits_kernel=tf.constant(kernel),
             cast=lambda t: t,
         )
-        blocks = fast_decode.logits_blocks(w, rows)
+        blocks = fast_top_k.logits_blocks(w, rows)
         assert len(blocks) == 1, "a row count whose logits fit one block"
-        fast_decode.LOGITS_BLOCK_BYTES, saved = 512 << 10, fast_decode.LOGITS_BLOCK_BYTES
+        fast_top_k.LOGITS_BLOCK_BYTES, saved = 512 << 10, fast_top_k.LOGITS_BLOCK_BYTES
         try:
-            blocks = fast_decode.logits_blocks(w, rows)
+            blocks = fast_top_k.logits_blocks(w, rows)
         finally:
-            fast_decode.LOGITS_BLOCK_BYTES = saved
+            fast_top_k.LOGITS_BLOCK_BYTES = saved
         # Eight blocks of whole chunks, each reduced through its chunk maxima.
         assert len(blocks) == 8 and blocks[-1][0] < vocab
-        assert all(int(kernel.shape[1]) % fast_decode.TOP_K_CHUNK == 0 for _, kernel in blocks)
-        logp, ids = session.run(fast_decode.top_log_probs(w, tf.constant(x), k, blocks))
-        logits = session.run(tf.nn.log_softmax(fast_decode._logits(w, tf.constant(x))))
+        assert all(int(kernel.shape[1]) % fast_top_k.TOP_K_CHUNK == 0 for _, kernel in blocks)
+        logp, ids = session.run(fast_top_k.top_log_probs(w, tf.constant(x), k, blocks))
+        logits = session.run(tf.nn.log_softmax(fast.output_logits(w, tf.constant(x))))
     expected = np.argsort(-logits, axis=1, kind="stable")[:, :k]
     np.testing.assert_array_equal(ids, expected)
     np.testing.assert_allclose(logp, np.take_along_axis(logits, expected, axis=1), rtol=1e-5, atol=1e-5)

@@ -134,7 +134,7 @@ def test_resuming_with_another_vocabulary_is_refused_and_changes_nothing(model_c
     model_dir, data_dir = model_copy
     other = tmp_path / "other"
     shutil.copytree(data_dir, other)
-    from t2tcli import vocab
+    from t2tcli.data import vocab
 
     proto = (other / "vocab.toy.model").read_bytes()
     same_size = vocab.with_sentinels(vocab.without_sentinels(proto)[0], 0)

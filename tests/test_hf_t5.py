@@ -18,11 +18,13 @@ import pytest
 from conftest import REPO, require_extra, run_binary
 from toy_model import toy_model  # noqa: F401  (session fixture)
 
-from t2tcli import checkpoints, hf_t5, loading, registry, run_info, weight_names
-from t2tcli import model as modellib
+from t2tcli import registry
 from t2tcli.compat import tf
+from t2tcli.data.vocab import EOS_ID
+from t2tcli.decode import tf_predict
 from t2tcli.errors import UserError
-from t2tcli.vocab import EOS_ID
+from t2tcli.interop import hf_t5
+from t2tcli.model import checkpoints, graph, loading, run_records, weight_names
 
 torch = require_extra("torch")
 transformers = require_extra("transformers")
@@ -61,7 +63,7 @@ def _predict(model_dir: str, ids: np.ndarray, engine: str, targets: np.ndarray |
     hp = loaded.hparams.copy()
     hp.activation_dtype = "float32"
     params = {"decode": {"engine": engine, "max_decode_length": LENGTH, **decode}}
-    est = modellib.build_estimator(model_dir, hp, loaded.vocab.vocab_size, params=params)
+    est = tf_predict.build_estimator(model_dir, hp, loaded.vocab.vocab_size, params["decode"])
     features = {"inputs": ids} if targets is None else {"inputs": ids, "targets": targets}
     preds = list(est.predict(lambda params=None: tf.data.Dataset.from_tensor_slices(features).batch(len(ids), True)))
     return np.stack([p["outputs"] for p in preds]), np.array([p["scores"] for p in preds])
@@ -278,7 +280,7 @@ def test_the_model_builds_the_weights_the_name_map_lists():
     for name in ("t5_small", "t5_v1_1_small"):
         hp = registry.hparams(name)
         arch = weight_names.Architecture.from_hparams(hp, 32100)
-        assert modellib.variable_names(hp, 32100) == weight_names.mesh_shapes(arch)
+        assert graph.variable_names(hp, 32100) == weight_names.mesh_shapes(arch)
     v1_1 = weight_names.mesh_shapes(weight_names.Architecture.from_hparams(registry.hparams("mt5_small"), 250100))
     assert v1_1["shared/embedding"] == [250112, 512] and v1_1["decoder/logits/kernel"] == [512, 250112]
     assert v1_1["encoder/block_007/layer_001/DenseReluDense/wi_1/kernel"] == [512, 1024]
@@ -347,7 +349,7 @@ def test_a_model_dir_of_an_earlier_t2tcli_still_decodes(copy_data, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     recorded = json.load(open(model_dir / "hparams.json"))
-    for key in run_info.LEGACY_HPARAMS:  # as versions that did not know these hparams wrote it
+    for key in run_records.LEGACY_HPARAMS:  # as versions that did not know these hparams wrote it
         del recorded[key]
     (model_dir / "hparams.json").write_text(json.dumps(recorded))
     lines = tmp_path / "in.txt"

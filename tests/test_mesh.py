@@ -10,10 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from t2tcli import mesh as meshlib
-from t2tcli import model, registry
+from t2tcli import registry
 from t2tcli.compat import tf
 from t2tcli.errors import UserError
+from t2tcli.model import graph
+from t2tcli.model import mesh as meshlib
+from t2tcli.train import estimator
 
 # isort: split
 # Imported after t2tcli.compat, whose shims mesh_tensorflow needs.
@@ -66,7 +68,7 @@ def test_mesh_must_fit_devices_and_batch():
 
 def test_estimator_rejects_a_bad_mesh_before_building_a_graph(tmp_path):
     with pytest.raises(UserError, match="layout"):
-        model.build_estimator(str(tmp_path), tiny(layout="heads:nowhere", mesh_shape="model:2"), VOCAB)
+        estimator.build_estimator(str(tmp_path), tiny(layout="heads:nowhere", mesh_shape="model:2"), VOCAB)
 
 
 def _loss_and_grads(hp, features, init=None):
@@ -74,9 +76,9 @@ def _loss_and_grads(hp, features, init=None):
     with tf.Graph().as_default():
         tf1.set_random_seed(1)
         spec = meshlib.spec_from_hparams(hp)
-        g = model._Graph(hp, VOCAB, meshlib.placement_mesh_impl(spec, meshlib.placement_devices(spec)))
+        g = graph.Graph(hp, VOCAB, meshlib.placement_mesh_impl(spec, meshlib.placement_devices(spec)))
         batch = mtf.Dimension("batch", features["inputs"].shape[0])
-        f = model._import_features(g.mesh, {k: tf.constant(v) for k, v in features.items()}, batch)
+        f = graph.import_features(g.mesh, {k: tf.constant(v) for k, v in features.items()}, batch)
         _, loss = g.logits(f, f["targets"], tf.estimator.ModeKeys.TRAIN, compute_loss=True)
         variables = g.graph.trainable_variables
         grads = mtf.gradients([loss], [v.outputs[0] for v in variables])
@@ -84,7 +86,7 @@ def _loss_and_grads(hp, features, init=None):
         tf_loss = lowering.export_to_tf_tensor(loss)
         tf_grads = {v.name: lowering.export_to_tf_tensor(gr) for v, gr in zip(variables, grads, strict=True)}
         masters = {v.op.name: v for v in tf1.global_variables() if v.op.name in tf_grads}
-        with tf1.Session(config=model.session_config(hp)) as sess:
+        with tf1.Session(config=estimator.session_config(hp)) as sess:
             sess.run(tf1.global_variables_initializer())
             if init is not None:
                 for name, var in masters.items():

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from t2tcli import metrics
 from t2tcli.errors import UserError
+from t2tcli.evaluate import metrics
 
 
 def test_sequence_accuracy():

@@ -7,9 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from t2tcli import gin_bindings, model, optimization, registry
+from t2tcli import registry
 from t2tcli.compat import tf
+from t2tcli.decode import tf_predict
 from t2tcli.errors import UserError
+from t2tcli.model import gin_bindings, graph, optimization
+from t2tcli.train import estimator, model_fn
 
 VOCAB = 40
 T5_DIMS = {  # d_model, d_ff, heads, d_kv, layers (T5 v1.0)
@@ -42,7 +45,7 @@ def test_t5_sets_have_t5_dimensions_and_v2_8_presets(name):
 
 
 def test_t5_small_variables_are_named_and_shaped_like_the_released_checkpoint():
-    names = model.variable_names(registry.hparams("t5_small"), 32100)
+    names = graph.variable_names(registry.hparams("t5_small"), 32100)
     assert names["shared/embedding"] == [32128, 512]
     assert names["encoder/block_000/layer_000/SelfAttention/q"] == [512, 512]
     assert names["encoder/block_000/layer_000/SelfAttention/relative_attention_bias"] == [8, 32]
@@ -71,7 +74,7 @@ def test_learning_rate_schedules():
     with pytest.raises(UserError, match="optimizer='sgd'"):
         optimization.check(tiny(optimizer="sgd"))
     with pytest.raises(UserError, match="activation_dtype"):
-        model.variable_dtype(tiny(activation_dtype="float16"))
+        graph.variable_dtype(tiny(activation_dtype="float16"))
 
 
 def _dataset(ids, with_targets, batch):
@@ -90,19 +93,19 @@ def trained(tmp_path_factory):
     ids[:, 6] = 1
     ids[:, 7] = 0
     hp = tiny(activation_dtype="float32", inputs_length=8, targets_length=8, batch_size=8)
-    est = model.build_estimator(model_dir, hp, VOCAB, model.TrainSettings(log_every_steps=5))
+    est = estimator.build_estimator(model_dir, hp, VOCAB, model_fn.TrainSettings(log_every_steps=5))
     est.train(lambda params=None: _dataset(ids, True, 8)().repeat(), max_steps=10)
     return model_dir, hp, ids
 
 
 def test_eval_reports_loss_token_accuracy_and_perplexity(trained):
     model_dir, hp, ids = trained
-    metrics = model.build_estimator(model_dir, hp, VOCAB).evaluate(_dataset(ids, True, 8), steps=2)
+    metrics = estimator.build_estimator(model_dir, hp, VOCAB).evaluate(_dataset(ids, True, 8), steps=2)
     assert metrics["global_step"] == 10
     assert metrics["perplexity"] == pytest.approx(math.exp(metrics["xent"]), rel=1e-4)
     # The same cross-entropy from the other graph: teacher-forced log-likelihoods of PREDICT,
     # summed over the 16 rows' non-padding tokens (7 each: 6 ids and EOS) by hand.
-    est = model.build_estimator(model_dir, hp, VOCAB)
+    est = tf_predict.build_estimator(model_dir, hp, VOCAB)
     scores = [p["scores"] for p in est.predict(_dataset(ids[:16], True, 8))]
     assert metrics["xent"] == pytest.approx(-sum(scores) / (16 * 7), rel=1e-4)
 
@@ -115,7 +118,7 @@ def test_eval_metrics_of_a_batch_known_by_hand():
         weights = tf.constant([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
         predictions = tf.constant([[5, 6, 9], [7, 4, 9]])
         targets = tf.constant([[5, 8, 0], [7, 4, 0]])
-        ops = model._metric_fn(xent, weights, predictions, targets)
+        ops = model_fn._metric_fn(xent, weights, predictions, targets)
         session.run(tf.compat.v1.local_variables_initializer())
         session.run({name: update for name, (_, update) in ops.items()})
         values = session.run({name: value for name, (value, _) in ops.items()})
@@ -128,7 +131,7 @@ def test_eval_metrics_of_a_batch_known_by_hand():
 def test_predict_decodes_and_scores(trained, decode):
     model_dir, hp, ids = trained
     decode = dict(decode, max_decode_length=6)
-    est = model.build_estimator(model_dir, hp, VOCAB, params={"decode": decode})
+    est = tf_predict.build_estimator(model_dir, hp, VOCAB, decode)
     preds = list(est.predict(_dataset(ids[:8], False, 8)))
     assert len(preds) == 8
     for p in preds:
@@ -155,13 +158,13 @@ def test_tpu_estimator_is_configured_from_flags(tmp_path):
     from tensorflow_estimator.python.estimator.tpu import tpu_config, tpu_estimator
 
     hp = registry.hparams("t5_base_tpu")
-    settings = model.TPUSettings(tpu="grpc://127.0.0.1:8470", tpu_topology="2x2", iterations_per_loop=50)
-    est = model.build_estimator(str(tmp_path), hp, 32100, tpu=settings)
+    settings = estimator.TPUSettings(tpu="grpc://127.0.0.1:8470", tpu_topology="2x2", iterations_per_loop=50)
+    est = estimator.build_estimator(str(tmp_path), hp, 32100, tpu=settings)
     assert isinstance(est, tpu_estimator.TPUEstimator)
     assert est.config.tpu_config.iterations_per_loop == 50 and est.config.tpu_config.num_shards == 8
     assert est.config.tpu_config.per_host_input_for_training == tpu_config.InputPipelineConfig.BROADCAST
     assert est._ctx._train_batch_size == 128
     with pytest.raises(UserError, match="has 32 cores"):
-        model.build_estimator(
-            str(tmp_path), hp, 32100, tpu=model.TPUSettings(tpu="grpc://127.0.0.1:8470", tpu_topology="4x4")
+        estimator.build_estimator(
+            str(tmp_path), hp, 32100, tpu=estimator.TPUSettings(tpu="grpc://127.0.0.1:8470", tpu_topology="4x4")
         )

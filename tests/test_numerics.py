@@ -8,10 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from t2tcli import mesh as meshlib
-from t2tcli import model, numerics, registry
+from t2tcli import registry
 from t2tcli.compat import tf
+from t2tcli.decode import tf_predict
 from t2tcli.errors import UserError
+from t2tcli.model import dtype_policy, graph
+from t2tcli.model import mesh as meshlib
 
 # isort: split
 import mesh_tensorflow as mtf
@@ -24,7 +26,7 @@ AMX = AVX512_BF16 | {"amx_bf16", "amx_tile", "amx_int8"}
 
 
 def cpu(flags, **kwargs):
-    return numerics.Machine("cpu", cpu_flags=frozenset(flags), **kwargs)
+    return dtype_policy.Machine("cpu", cpu_flags=frozenset(flags), **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -38,23 +40,23 @@ def cpu(flags, **kwargs):
         (cpu(AMX, onednn_max_isa="AVX512_CORE_BF16"), "bfloat16", "AMX CPU"),
         (cpu(AMX, onednn_max_isa="AVX512_CORE"), "float32", "below AVX512_CORE_BF16"),
         (cpu(AVX512_BF16, onednn_enabled=False), "float32", "TF_ENABLE_ONEDNN_OPTS=0"),
-        (numerics.Machine("gpu", AVX2, gpu_capability=(8, 0)), "bfloat16", "compute capability 8.0"),
-        (numerics.Machine("gpu", AMX, gpu_capability=(7, 5)), "float32", "compute capability 7.5"),
-        (numerics.Machine("tpu", AVX2), "bfloat16", "TPU"),
+        (dtype_policy.Machine("gpu", AVX2, gpu_capability=(8, 0)), "bfloat16", "compute capability 8.0"),
+        (dtype_policy.Machine("gpu", AMX, gpu_capability=(7, 5)), "float32", "compute capability 7.5"),
+        (dtype_policy.Machine("tpu", AVX2), "bfloat16", "TPU"),
     ],
 )
 def test_auto_picks_bfloat16_only_where_it_is_native(machine, dtype, why):
-    choice = numerics.choose("auto", machine)
+    choice = dtype_policy.choose("auto", machine)
     assert choice.dtype == dtype
     assert why in choice.reason and choice.warning is None
 
 
 def test_an_explicit_dtype_wins_and_slow_bfloat16_is_warned_about():
-    slow = numerics.choose("bfloat16", cpu(AVX2))
+    slow = dtype_policy.choose("bfloat16", cpu(AVX2))
     assert slow.dtype == "bfloat16"
     assert "slower than float32" in slow.warning and "activation_dtype=auto" in slow.warning
-    assert numerics.choose("bfloat16", cpu(AMX)).warning is None
-    assert numerics.choose("float32", cpu(AMX)) == numerics.Choice(
+    assert dtype_policy.choose("bfloat16", cpu(AMX)).warning is None
+    assert dtype_policy.choose("float32", cpu(AMX)) == dtype_policy.Choice(
         "float32", "activation_dtype=float32 (set explicitly)"
     )
 
@@ -62,7 +64,7 @@ def test_an_explicit_dtype_wins_and_slow_bfloat16_is_warned_about():
 @pytest.mark.parametrize("value", ["float16", "fp32", "", "BFLOAT16"])
 def test_other_values_are_refused_with_the_accepted_ones(value):
     with pytest.raises(UserError, match="use one of auto, bfloat16, float32"):
-        numerics.choose(value, cpu(AVX2))
+        dtype_policy.choose(value, cpu(AVX2))
 
 
 def test_cpu_kind_names_the_class_a_figure_holds_for():
@@ -86,11 +88,11 @@ def test_cpu_kind_names_the_class_a_figure_holds_for():
         (cpu(AVX512_BF16, onednn_max_isa="AVX512_CORE"), False),
         (cpu(AVX512, onednn_max_isa="DEFAULT"), False),
         (cpu(AVX2, onednn_enabled=False), False),
-        (numerics.Machine("gpu", AVX2, gpu_capability=(8, 0)), False),
+        (dtype_policy.Machine("gpu", AVX2, gpu_capability=(8, 0)), False),
     ],
 )
 def test_decode_kernels_are_transposed_only_on_an_avx512_cpu_held_back_to_avx2(machine, transposed):
-    assert numerics.transposed_kernels(machine) is transposed
+    assert dtype_policy.transposed_kernels(machine) is transposed
 
 
 @pytest.mark.parametrize(
@@ -103,27 +105,27 @@ def test_decode_kernels_are_transposed_only_on_an_avx512_cpu_held_back_to_avx2(m
         (cpu(AVX512, onednn_max_isa="DEFAULT"), True),
         (cpu(AMX, onednn_max_isa="AVX2"), False),
         (cpu(AVX512_BF16, onednn_enabled=False), False),
-        (numerics.Machine("gpu", AVX512, gpu_capability=(8, 0)), False),
+        (dtype_policy.Machine("gpu", AVX512, gpu_capability=(8, 0)), False),
     ],
 )
 def test_beam_attention_runs_on_onednn_only_where_onednn_runs_avx512(machine, onednn):
-    assert numerics.beam_attention_on_onednn(machine) is onednn
+    assert dtype_policy.beam_attention_on_onednn(machine) is onednn
 
 
 @pytest.mark.parametrize(
     "machine, d_ff, padding",
     [
-        (cpu(AVX2), 2048, numerics.FFN_PADDING),
-        (cpu(AVX2), 4096, numerics.FFN_PADDING),
+        (cpu(AVX2), 2048, dtype_policy.FFN_PADDING),
+        (cpu(AVX2), 4096, dtype_policy.FFN_PADDING),
         (cpu(AVX2), 3072, 0),
         (cpu(AVX2, onednn_enabled=False), 2048, 0),
         (cpu(AVX512), 2048, 0),
         (cpu(AMX, onednn_max_isa="AVX2"), 2048, 0),
-        (numerics.Machine("gpu", AVX2, gpu_capability=(8, 0)), 2048, 0),
+        (dtype_policy.Machine("gpu", AVX2, gpu_capability=(8, 0)), 2048, 0),
     ],
 )
 def test_ffn_is_padded_only_at_widths_that_slow_oneDNNs_avx2_gemm(machine, d_ff, padding):
-    assert numerics.ffn_padding(machine, d_ff) == padding
+    assert dtype_policy.ffn_padding(machine, d_ff) == padding
 
 
 def test_flags_are_read_from_cpuinfo_and_onednn_settings_from_the_environment(tmp_path, monkeypatch):
@@ -131,13 +133,13 @@ def test_flags_are_read_from_cpuinfo_and_onednn_settings_from_the_environment(tm
     info.write_text(
         "processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\nprocessor\t: 1\n"
     )
-    assert numerics.cpu_flags(str(info)) == {"fpu", "avx2", "avx512f", "avx512_bf16"}
-    assert numerics.cpu_flags(str(tmp_path / "missing")) == frozenset()
+    assert dtype_policy.cpu_flags(str(info)) == {"fpu", "avx2", "avx512f", "avx512_bf16"}
+    assert dtype_policy.cpu_flags(str(tmp_path / "missing")) == frozenset()
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx2")
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
-    machine = numerics.detect()
+    machine = dtype_policy.detect()
     assert (machine.onednn_max_isa, machine.onednn_enabled) == ("AVX2", False)
-    assert numerics.detect(use_tpu=True).device == "tpu"
+    assert dtype_policy.detect(use_tpu=True).device == "tpu"
 
 
 def test_hparams_sets_default_to_auto_and_keep_it():
@@ -159,8 +161,8 @@ def test_emulated_bfloat16_einsum_equals_float32_math_rounded_once():
     np.testing.assert_array_equal(out.numpy(), tf.cast(exact, tf.bfloat16).numpy())
     float32 = [tf.constant(a), tf.constant(b)]
     np.testing.assert_array_equal(emulated.einsum("abc,cd->abd", *float32), native.einsum("abc,cd->abd", *float32))
-    here = numerics.detect()
-    if here.cpu_flags.intersection(numerics._NATIVE_CPU_FLAGS) and not numerics.native_bfloat16(here)[0]:
+    here = dtype_policy.detect()
+    if here.cpu_flags.intersection(dtype_policy._NATIVE_CPU_FLAGS) and not dtype_policy.native_bfloat16(here)[0]:
         # A bfloat16 CPU held back by ONEDNN_MAX_CPU_ISA: TensorFlow's own bfloat16 Einsum
         # still picks oneDNN's kernel there and crashes the process. The model never runs
         # it there (its einsums are emulated), so neither does this comparison.
@@ -181,7 +183,7 @@ def _embedding_and_grad(dtype: str, gather: bool, ids: np.ndarray, table: np.nda
         shape = mtf.Shape([mtf.Dimension("batch", ids.shape[0]), mtf.Dimension("length", ids.shape[1])])
         mtf_ids = mtf.import_tf_tensor(mesh, tf.constant(ids), shape)
         if gather:
-            from t2tcli.embedding import gather_rows
+            from t2tcli.model.embedding import gather_rows
 
             out = gather_rows(weights, mtf_ids, vocab_dim)
         else:
@@ -209,7 +211,7 @@ def test_row_lookup_embedding_equals_mesh_tensorflows_one_hot_einsum(dtype):
 
 
 def test_the_model_gathers_embeddings_off_tpu_unless_the_mesh_splits_them():
-    from t2tcli import gin_bindings
+    from t2tcli.model import gin_bindings
 
     tiny = registry.hparams("mtf_transformer_tiny")
     assert gin_bindings.gathers_embeddings(tiny, use_tpu=False)
@@ -220,14 +222,14 @@ def test_the_model_gathers_embeddings_off_tpu_unless_the_mesh_splits_them():
     model_parallel = tiny.copy()
     model_parallel.mesh_shape, model_parallel.layout = "model:2", "d_ff:model;heads:model"
     assert gin_bindings.gathers_embeddings(model_parallel, use_tpu=False)
-    assert model.variable_names(tiny, 40)["shared/embedding"] == [128, 64]
+    assert graph.variable_names(tiny, 40)["shared/embedding"] == [128, 64]
 
 
 def _graph_dtypes(hp, mode, tmp_path, **decode) -> tuple[set[str], set[str]]:
     """(dtypes of every tensor, dtypes of the matrix products) of the graph model_fn builds."""
-    from t2tcli import inputs
+    from t2tcli.data import inputs
 
-    est = model.build_estimator(str(tmp_path), hp, 40, params={"decode": decode})
+    est = tf_predict.build_estimator(str(tmp_path), hp, 40, decode)
     batch = inputs.batch_size(hp)
     with tf.Graph().as_default() as graph:
         features = {"inputs": tf.zeros([batch, hp.inputs_length], tf.int32)}
@@ -256,10 +258,10 @@ def test_the_chosen_dtype_is_what_the_graphs_compute_in(
 ):
     """The decision table above is only worth something if its answer reaches the model:
     the training graph and the fast engine's decode graph, built for each CPU kind."""
-    from t2tcli import fast_decode
+    from t2tcli.decode import fast_kernels
 
-    monkeypatch.setattr(numerics, "detect", lambda use_tpu=False: machine)
-    fast_decode._machine.cache_clear()
+    monkeypatch.setattr(dtype_policy, "detect", lambda use_tpu=False: machine)
+    fast_kernels.machine.cache_clear()
     try:
         hp = registry.hparams("mtf_transformer_tiny")
         hp.override_from_dict({"activation_dtype": requested, "inputs_length": 8, "targets_length": 8, "batch_size": 4})
@@ -268,4 +270,4 @@ def test_the_chosen_dtype_is_what_the_graphs_compute_in(
             assert ("bfloat16" in every) == (activations == "bfloat16"), (mode, every)
             assert made and ("bfloat16" in made) == (products == "bfloat16"), (mode, made)
     finally:
-        fast_decode._machine.cache_clear()
+        fast_kernels.machine.cache_clear()

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 from conftest import run_binary
 
-from t2tcli import datagen, preprocessing, registry
-from t2tcli.vocab import Vocabulary
+from t2tcli import registry
+from t2tcli.data import datagen, preprocessing
+from t2tcli.data.vocab import Vocabulary
 
 USER_PROBLEMS = '''
-from t2tcli.problem import Text2TextProblem, VocabSpec
+from t2tcli.data.problem import Text2TextProblem, VocabSpec
 from t2tcli.registry import register_problem
-from t2tcli.sources import CsvSource
+from t2tcli.data.sources import CsvSource
 
 
 @register_problem("quote_category")
@@ -147,7 +148,7 @@ def test_a_vocabulary_that_keeps_whitespace_round_trips_multi_line_fields(tmp_pa
         assert vocab.decode(vocab.encode(text)) == text
     from test_datagen import read_examples
 
-    from t2tcli.problem import data_files
+    from t2tcli.data.layout import data_files
 
     seen = [vocab.decode(inputs) for inputs, _ in read_examples(data_files(str(data), "quote_category", "train"))]
     assert any(text.startswith("category: +---+\n| o |\n+---+ (") for text in seen)
@@ -178,8 +179,8 @@ def _encodes_as_datagen(task_name: str, data: Path, tmp_dir: str | None) -> int:
     very input ids datagen wrote for it. Returns how many records were compared."""
     from test_datagen import read_examples
 
-    from t2tcli.problem import data_files
-    from t2tcli.vocab import EOS_ID
+    from t2tcli.data.layout import data_files
+    from t2tcli.data.vocab import EOS_ID
 
     task = registry.problem(task_name)
     options = datagen.Options(data_dir=str(data), tmp_dir=tmp_dir)

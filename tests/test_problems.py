@@ -9,10 +9,11 @@ import pytest
 import tensorflow_datasets as tfds
 from test_datagen import read_examples, run, write_quora
 
-from t2tcli import columns, preprocessing, registry, text
+from t2tcli import registry
+from t2tcli.data import columns, preprocessing, text
+from t2tcli.data.layout import data_files, read_meta
+from t2tcli.data.vocab import Vocabulary
 from t2tcli.errors import UserError
-from t2tcli.problem import data_files, read_meta
-from t2tcli.vocab import Vocabulary
 
 
 def test_qp_inputs_are_normalised_and_a_decode_line_goes_through_the_same_preprocess():
@@ -139,3 +140,53 @@ def test_glue_qqp_unprepared_says_how_to_prepare(tmp_path):
         run("glue_qqp", tmp_path / "out", tfds_data_dir=str(tmp_path / "tfds"))
     message = str(info.value)
     assert "glue/qqp:2.0.0' is not prepared in" in message and "tfds build glue/qqp" in message
+
+
+def test_only_a_problem_that_opts_in_gets_whole_columns():
+    seen = []
+
+    class Plain(type(registry.problem("copy_sequence"))):
+        name = "plain"
+        columnwise = False
+
+        def preprocess(self, record):
+            seen.append(type(record["inputs"]))
+            return {"inputs": record["inputs"].lower(), "targets": record["targets"]}
+
+    frame = pd.DataFrame({"inputs": ["A b", "C"], "targets": ["x", "y"]}, dtype=object)
+    assert preprocessing.ChunkPreprocessor(Plain())(frame) == (["a b", "c"], ["x", "y"])
+    assert seen == [str, str]
+    seen.clear()
+    Plain.columnwise = True
+    assert preprocessing.ChunkPreprocessor(Plain())(frame) == (["a b", "c"], ["x", "y"])
+    assert columns.Column in seen
+
+
+def test_decode_fields_must_be_declared_where_inputs_join_several():
+    class TwoFields(type(registry.problem("copy_sequence"))):
+        name = "two_fields"
+
+        def preprocess(self, record):
+            return {"inputs": record["a"] + " | " + record["b"], "targets": record["c"]}
+
+    with pytest.raises(UserError, match=r"set decode_fields = .*several: a, b"):
+        preprocessing.decode_fields(TwoFields())
+    TwoFields.decode_fields = ("b", "a")
+    assert preprocessing.DecodeLines(TwoFields())("x\ty") == "y | x"
+
+
+def test_mixture_rates_are_numbers_or_functions(tmp_path):
+    from t2tcli.problem import Mixture, by_examples
+
+    class Rated(Mixture):
+        name = "rated"
+        vocab = registry.problem("copy_sequence").vocab
+        problems = [("copy_sequence", 2), ("reverse_sequence", by_examples)]
+
+    (copy, two), (reverse, rate) = Rated().components()
+    assert (copy.name, two, reverse.name, rate) == ("copy_sequence", 2, "reverse_sequence", by_examples)
+    Rated.problems = [("copy_sequence", "examples")]  # the earlier spelling of by_examples
+    assert Rated().components()[0][1] is by_examples
+    Rated.problems = [("copy_sequence", "half")]
+    with pytest.raises(UserError, match="the rate of 'copy_sequence' is 'half'; use a number or a function"):
+        Rated().components()

@@ -5,9 +5,9 @@ import textwrap
 import pytest
 
 from t2tcli import registry
+from t2tcli.data.problem import Text2TextProblem
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
-from t2tcli.problem import Text2TextProblem
 
 
 def test_snake_case():
@@ -73,7 +73,7 @@ def test_usr_dir_package_with_relative_import(tmp_path):
         textwrap.dedent(
             """
             from t2tcli.hparams import HParams
-            from t2tcli.problem import Text2TextProblem
+            from t2tcli.data.problem import Text2TextProblem
             from t2tcli.registry import register_hparams, register_problem
 
             @register_problem

@@ -16,6 +16,7 @@ from conftest import REPO, run_binary
 from test_train_data import PROBLEMS, make_data_dir
 
 from t2tcli.compat import tf
+from t2tcli.decode import tf_predict
 
 
 @pytest.fixture(scope="module")
@@ -173,16 +174,17 @@ def test_tiny_model_learns_the_toy_problem(data, tmp_path):
     (chance is about 3%). Seeded, with room below the runs seen: an unseeded run ended
     at 92% where earlier ones had passed a 95% bar, and its decodes were right for the
     model it had trained."""
-    from t2tcli import inputs, model, run_info
+    from t2tcli.data import inputs
+    from t2tcli.model import run_records
 
     data_dir, _ = data
     problem = PROBLEMS[1]
     model_dir = str(tmp_path / problem)
     train(data, model_dir, "--save_checkpoints_steps=2000", "--random_seed=1", problem=problem, steps=1500)
-    _, hp, _ = run_info.load(model_dir)
+    _, hp, _ = run_records.load(model_dir)
     dev = inputs.input_fn(data_dir, problem, "dev", hp, training=False)
     targets = np.concatenate([b["targets"] for b in dev().as_numpy_iterator()])
-    est = model.build_estimator(model_dir, hp, 40)
+    est = tf_predict.build_estimator(model_dir, hp, 40)
     outputs = np.stack(
         [p["outputs"] for p in est.predict(lambda params=None: dev().map(lambda b: {"inputs": b["inputs"]}))]
     )
@@ -218,12 +220,14 @@ def test_loss_falls_on_the_shipped_translation_data(tmp_path):
 def test_a_resume_may_change_the_activation_dtype_and_nothing_else():
     """The dtype is how a machine computes (the variables stay float32): a model_dir
     recorded as bfloat16 resumes as auto on a CPU without native bfloat16."""
-    from t2tcli import registry, run_info, trainer
+    from t2tcli import registry
     from t2tcli.errors import UserError
+    from t2tcli.model import run_records
+    from t2tcli.train import trainer
 
     recorded = registry.hparams("mtf_transformer_tiny")
     recorded.activation_dtype = "bfloat16"
-    info = run_info.RunInfo(problem="copy_sequence", hparams_set="mtf_transformer_tiny", data_dir="")
+    info = run_records.RunInfo(problem="copy_sequence", hparams_set="mtf_transformer_tiny", data_dir="")
 
     def resumed(hparams: str):
         cfg = trainer.TrainConfig("copy_sequence", "", "", "run", hparams=hparams)

@@ -16,7 +16,7 @@ import numpy as np
 
 from t2tcli import registry
 from t2tcli.compat import tf
-from t2tcli.vocab import EOS_ID, train_vocabulary
+from t2tcli.data.vocab import EOS_ID, train_vocabulary
 
 VOCAB_NAME = "t2ttest"
 VOCAB_SIZE = 40
@@ -25,7 +25,7 @@ MIXTURE = "t2ttest_mix"
 
 _USR = textwrap.dedent(
     f'''
-    from t2tcli.problem import Mixture, Text2TextProblem, VocabSpec
+    from t2tcli.data.problem import Mixture, Text2TextProblem, VocabSpec
     from t2tcli.registry import register_mixture, register_problem
 
     V = VocabSpec(name="{VOCAB_NAME}", size={VOCAB_SIZE})

@@ -155,11 +155,12 @@ def test_hparams_json_cannot_add_gin_bindings_or_imports(model_copy, tmp_path, e
 
 
 def test_hparams_json_types_follow_the_built_in_defaults(tmp_path):
-    from t2tcli import registry, run_info
+    from t2tcli import registry
     from t2tcli.errors import UserError
+    from t2tcli.model import run_records
 
     good = registry.hparams("mtf_transformer_tiny").values()
-    assert run_info.typed_hparams(dict(good, my_own_setting=[1, 2]), "h.json").d_model == good["d_model"]
+    assert run_records.typed_hparams(dict(good, my_own_setting=[1, 2]), "h.json").d_model == good["d_model"]
     cases = {
         "d_model": "512",
         "pack": 1,
@@ -170,15 +171,16 @@ def test_hparams_json_types_follow_the_built_in_defaults(tmp_path):
     }
     for key, bad in cases.items():
         with pytest.raises(UserError, match=f"h.json: unreadable hparams \\('{key}'"):
-            run_info.typed_hparams(dict(good, **{key: bad}), "h.json")
+            run_records.typed_hparams(dict(good, **{key: bad}), "h.json")
     without = {k: v for k, v in good.items() if k != "d_ff"}
     with pytest.raises(UserError, match="no 'd_ff'"):
-        run_info.typed_hparams(without, "h.json")
+        run_records.typed_hparams(without, "h.json")
 
 
 def test_gin_bindings_are_literals_on_one_line():
-    from t2tcli import gin_bindings, registry
+    from t2tcli import registry
     from t2tcli.errors import UserError
+    from t2tcli.model import gin_bindings
 
     hp = registry.hparams("mtf_transformer_tiny")
     hp.ffn_activation = "relu'\nimport os"
@@ -235,10 +237,12 @@ def test_outputs_never_write_through_a_planted_temporary_name(tmp_path):
     .target.tmpPID) are neither followed nor removed."""
     import numpy as np
 
-    from t2tcli import registry, run_info, shards, textio
+    from t2tcli import registry
+    from t2tcli.data import shards
+    from t2tcli.data.packed_encoder import Spans
     from t2tcli.hparams import HParams
-    from t2tcli.io import atomic
-    from t2tcli.packed_encoder import Spans
+    from t2tcli.io import atomic, text_files
+    from t2tcli.model import run_records
 
     victim = tmp_path / "victim"
     victim.write_text("precious")
@@ -248,12 +252,12 @@ def test_outputs_never_write_through_a_planted_temporary_name(tmp_path):
     for out in outputs:
         for planted in (out.with_name(f"{out.name}.tmp{os.getpid()}"), out.with_name(f".{out.name}.tmp{os.getpid()}")):
             planted.symlink_to(victim)
-    from t2tcli import vocab
+    from t2tcli.data import vocab
 
     proto = vocab.trained_model([f"w{i} x{i % 7}" for i in range(200)], str(tmp_path / "v.model"), 40)
-    info = run_info.RunInfo(problem="copy_sequence", hparams_set="mtf_transformer_tiny", data_dir="")
-    run_info.save(str(tmp_path), info, HParams(**registry.hparams("mtf_transformer_tiny").values()), proto)
-    with textio.atomic_output(str(tmp_path / "out.txt"), "decode_to_file") as f:
+    info = run_records.RunInfo(problem="copy_sequence", hparams_set="mtf_transformer_tiny", data_dir="")
+    run_records.save(str(tmp_path), info, HParams(**registry.hparams("mtf_transformer_tiny").values()), proto)
+    with text_files.atomic_output(str(tmp_path / "out.txt"), "decode_to_file") as f:
         f.write("line\n")
     records = Spans(np.frombuffer(b"abc", np.uint8), np.array([0]), np.array([3]))
     shards.write_records(records, str(tmp_path / "shard"), None)
@@ -395,8 +399,8 @@ def test_two_datagens_started_together_write_one_problem_once(tmp_path):
 
 
 def test_a_pinned_checkpoint_stays_readable_after_its_deletion(model_copy):  # noqa: F811
-    from t2tcli import checkpoints
     from t2tcli.compat import tf
+    from t2tcli.model import checkpoints
 
     model_dir, _ = model_copy
     step, path = checkpoints.list_checkpoints(str(model_dir))[0]
@@ -412,8 +416,8 @@ def test_a_pinned_checkpoint_stays_readable_after_its_deletion(model_copy):  # n
 
 def test_eval_all_takes_the_checkpoints_saved_in_place_of_deleted_ones(tmp_path):
     """keep_checkpoint_max=1: every listed checkpoint can be gone before it is read."""
-    from t2tcli import checkpoints
     from t2tcli.cli import eval as eval_cli
+    from t2tcli.model import checkpoints
 
     def save(step):
         for suffix in (".index", ".data-00000-of-00001"):
@@ -593,7 +597,7 @@ def test_decode_reads_pipes_fifos_and_dev_stdin_once(toy_model, tmp_path):  # no
 
 
 def test_a_long_line_is_cut_before_it_is_tokenized():
-    from t2tcli import decoding
+    from t2tcli.decode.lines import LineJob
 
     seen: list[int] = []
 
@@ -601,7 +605,7 @@ def test_a_long_line_is_cut_before_it_is_tokenized():
         seen.append(len(text))
         return [5] * len(text.split())
 
-    job = decoding.Job(encode=encode, decode=str, inputs_length=32, targets_length=8, batch_size=4, max_chars=400)
+    job = LineJob(encode=encode, decode=str, inputs_length=32, targets_length=8, batch_size=4, max_chars=400)
     assert job.tokens("a b c") == [5, 5, 5] and seen == [5]
     long = " " * 1_000_000 + "w " * 2_000_000
     assert len(job.tokens(long)) == 200 and seen[-1] == 400, "whitespace runs squeezed, then cut"

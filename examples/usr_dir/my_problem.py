@@ -13,6 +13,7 @@ from t2tcli.sources import TsvSource, raw_dir
 class ReviewSentiment(Text2TextProblem):
     vocab = VocabSpec(name="reviews", size=500)
     metrics = ("accuracy",)
+    columnwise = True  # preprocess uses only str methods, + and t2tcli.text: datagen runs it on columns
 
     def source(self, tmp_dir):
         return TsvSource(f"{raw_dir(tmp_dir)}/reviews.tsv", columns=("review", "label"))

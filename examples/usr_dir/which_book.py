@@ -15,6 +15,7 @@ class WhichBook(Text2TextProblem):
 
     vocab = VocabSpec(name="passages", size=2000)
     metrics = ("accuracy",)
+    columnwise = True  # preprocess uses only str methods, + and t2tcli.text: datagen runs it on columns
 
     def source(self, tmp_dir):
         return CsvSource(f"{raw_dir(tmp_dir)}/passages.csv", columns=("passage", "book"))

@@ -17,8 +17,8 @@ from absl import app, logging
 
 from t2tcli import interrupts, registry
 from t2tcli.cli import help
+from t2tcli.cli.flags import FLAGS
 from t2tcli.errors import UserError
-from t2tcli.flags import FLAGS
 
 
 def prog_name() -> str:
@@ -90,15 +90,15 @@ def hparams_help() -> str:
     """--hparams_help: every hparam of --hparams_set (with --hparams applied), or of
     --model_dir's run, one per line with what it means."""
     from t2tcli.hparams import DESCRIPTIONS
+    from t2tcli.io import fs
+    from t2tcli.model import run_records
 
     if FLAGS.hparams_set:
         hp = registry.hparams(FLAGS.hparams_set).parse(FLAGS.hparams)
         doc = (registry.hparams_function(FLAGS.hparams_set).__doc__ or "").strip().splitlines()
         title = f"hparams set {FLAGS.hparams_set}" + (f": {doc[0]}" if doc else "")
-    elif FLAGS.model_dir and os.path.exists(os.path.join(FLAGS.model_dir, "run.json")):
-        from t2tcli import run_info
-
-        info, hp, _ = run_info.load(FLAGS.model_dir)
+    elif FLAGS.model_dir and fs.exists(os.path.join(FLAGS.model_dir, run_records.RUN_FILE)):
+        info, hp, _ = run_records.load(FLAGS.model_dir)
         hp.parse(FLAGS.hparams)
         title = f"hparams of {FLAGS.model_dir} (set {info.hparams_set})"
     else:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from absl import flags
 
-from t2tcli import paths, registry
+from t2tcli import registry
 from t2tcli.cli import common
+from t2tcli.cli.flags import FLAGS, show_progress
 from t2tcli.errors import UserError
-from t2tcli.flags import FLAGS, show_progress
+from t2tcli.io import preflight
 
 flags.DEFINE_boolean("overwrite", False, "Regenerate outputs even when complete ones exist.")
 flags.DEFINE_string(
@@ -54,9 +55,9 @@ def main() -> None:
         raise UserError(f"--chunk_rows={FLAGS.chunk_rows}: must be at least 1")
     if FLAGS.vocab_extra_ids is not None and (FLAGS.vocab_extra_ids < 0 or not FLAGS.vocab_from):
         raise UserError("--vocab_extra_ids takes a count of 0 or more, with --vocab_from")
-    paths.check_output_dir(FLAGS.data_dir, "data_dir")
+    preflight.check_output_dir(FLAGS.data_dir, "data_dir")
     problem = registry.problem(FLAGS.problem)
-    from t2tcli import datagen
+    from t2tcli.data import datagen
 
     options = datagen.Options(
         data_dir=FLAGS.data_dir,
@@ -70,9 +71,9 @@ def main() -> None:
         vocab_extra_ids=FLAGS.vocab_extra_ids,
     )
     if FLAGS.beam_runner:
-        from t2tcli import beam_datagen
+        from t2tcli.data import beam_runner
 
-        lines = beam_datagen.generate(
+        lines = beam_runner.generate(
             problem, options, FLAGS.beam_runner, FLAGS.beam_options, FLAGS.usr_dir, FLAGS.dry_run
         )
     elif FLAGS.dry_run or FLAGS.beam_options:

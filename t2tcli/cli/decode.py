@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-
 from absl import flags, logging
 
 from t2tcli.cli import common
+from t2tcli.cli.flags import show_progress
 from t2tcli.errors import UserError
-from t2tcli.flags import show_progress
 
 flags.DEFINE_string("decode_from_file", None, "Input lines to decode; '-' reads stdin.")
 flags.DEFINE_string("decode_to_file", "-", "One output line per input line; '-' writes stdout.")
@@ -35,38 +33,41 @@ def main() -> None:
     common.require("model_dir")
     if bool(FLAGS.decode_from_file) == bool(FLAGS.score_file):
         raise UserError("pass exactly one of --decode_from_file and --score_file")
-    from t2tcli import checkpoints, decoding, engines, loading, paths, textio
-    from t2tcli.io import atomic
+    from t2tcli.decode import engines
+    from t2tcli.decode import lines as decode_lines
+    from t2tcli.decode import settings as decode_settings
+    from t2tcli.io import atomic, preflight, text_files
+    from t2tcli.model import checkpoints, loading
 
     source_flag = "score_file" if FLAGS.score_file else "decode_from_file"
     source = FLAGS.score_file or FLAGS.decode_from_file
     if FLAGS.decode_to_file != "-":
-        paths.check_output_file(FLAGS.decode_to_file, "decode_to_file")
+        preflight.check_output_file(FLAGS.decode_to_file, "decode_to_file")
         atomic.refuse_inputs(FLAGS.decode_to_file, [(source_flag, source)], "decode_to_file")
 
     model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams, FLAGS.trust_usr_dir)
-    decode_hp = decoding.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
-    job = decoding.Job(
+    decode_hp = decode_settings.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
+    job = decode_lines.LineJob(
         encode=model.vocab.encode,
         decode=loading.text_decoder(model.vocab),
         inputs_length=decode_hp.max_input_length or model.hparams.inputs_length,
         targets_length=decode_hp.max_decode_length or model.hparams.targets_length,
         batch_size=decode_hp.batch_size,
-        format_input=decoding.input_formatter(model.problem, FLAGS.raw_inputs),
+        format_input=decode_lines.input_formatter(model.problem, FLAGS.raw_inputs),
         source_name=source if source != "-" else "<stdin>",
     )
     job.max_chars = model.vocab.chars_for(max(job.inputs_length, job.targets_length))
-    if textio.rereadable(source) and not decode_hp.max_input_length:
+    if text_files.rereadable(source) and not decode_hp.max_input_length:
         # A regular file can be read twice: size the static input length to its longest
         # line. A pipe, FIFO or stdin is read once, padded to the model's length.
-        longest_inputs, longest_targets = decoding.scan_lengths(
-            textio.read_lines(source, source_flag), job, bool(FLAGS.score_file)
+        longest_inputs, longest_targets = decode_lines.scan_lengths(
+            text_files.read_lines(source, source_flag), job, bool(FLAGS.score_file)
         )
-        job.inputs_length = min(job.inputs_length, decoding.bucket(longest_inputs))
+        job.inputs_length = min(job.inputs_length, decode_lines.bucket(longest_inputs))
         if FLAGS.score_file:
-            job.targets_length = min(job.targets_length, decoding.bucket(longest_targets))
+            job.targets_length = min(job.targets_length, decode_lines.bucket(longest_targets))
         logging.info("inputs padded to %d tokens (longest line: %d)", job.inputs_length, longest_inputs)
-    params = decoding.estimator_params(decode_hp)
+    params = decode_settings.estimator_params(decode_hp)
     with checkpoints.reading(FLAGS.model_dir, FLAGS.checkpoint_path) as (step, checkpoint, readable):
         logging.info(
             "%s with checkpoint %s (step %d): %s",
@@ -78,9 +79,9 @@ def main() -> None:
         # Decoded text needs no scores; skipping them saves a teacher-forced pass per batch.
         settings = {**params, "compute_scores": bool(FLAGS.score_file)}
         predict = engines.predictor(model, settings, readable, scoring=bool(FLAGS.score_file))
-        lines = textio.read_lines(source, source_flag)
-        with textio.atomic_output(FLAGS.decode_to_file, "decode_to_file") as out, progress_bar(source) as bar:
-            stats = decoding.run(lines, out, job, predict, scoring=bool(FLAGS.score_file), progress=bar)
+        lines = text_files.read_lines(source, source_flag)
+        with text_files.atomic_output(FLAGS.decode_to_file, "decode_to_file") as out, progress_bar(source) as bar:
+            stats = decode_lines.run(lines, out, job, predict, scoring=bool(FLAGS.score_file), progress=bar)
     logging.info("%s", stats.summary())
 
 
@@ -90,11 +91,10 @@ class progress_bar:  # noqa: N801 - used like a function in a with statement
     def __init__(self, source: str) -> None:
         self.bar = None
         if show_progress():
-            from tqdm import tqdm
+            from t2tcli import progress
+            from t2tcli.io import text_files
 
-            from t2tcli import textio
-
-            self.bar = tqdm(total=textio.count_lines(source), unit="line", file=sys.stderr, dynamic_ncols=True)
+            self.bar = progress.bar(text_files.count_lines(source), "line")
 
     def __enter__(self):
         return self.bar.update if self.bar is not None else None

@@ -35,30 +35,33 @@ def main() -> None:
     common.require("model_dir")
     if FLAGS.wait_timeout <= 0:
         raise UserError("--wait_timeout must be positive")
-    from t2tcli import checkpoints, decoding, engines, evaluation, loading, paths
-    from t2tcli.io import lock
+    from t2tcli.decode import engines
+    from t2tcli.decode import settings as decode_settings
+    from t2tcli.evaluate import evaluation, following, results
+    from t2tcli.io import lock, preflight
+    from t2tcli.model import checkpoints, loading
 
-    results_dir = FLAGS.eval_dir or evaluation.eval_dir(FLAGS.model_dir, FLAGS.split)
-    paths.check_output_dir(results_dir, "eval_dir" if FLAGS.eval_dir else "model_dir")
+    results_dir = FLAGS.eval_dir or results.eval_dir(FLAGS.model_dir, FLAGS.split)
+    preflight.check_output_dir(results_dir, "eval_dir" if FLAGS.eval_dir else "model_dir")
 
     if FLAGS.wait:
-        evaluation.wait_for_run(FLAGS.model_dir, FLAGS.wait_timeout, FLAGS.wait_poll_seconds)
+        following.wait_for_run(FLAGS.model_dir, FLAGS.wait_timeout, FLAGS.wait_poll_seconds)
     model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams, FLAGS.trust_usr_dir)
-    decode_hp = decoding.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
+    decode_hp = decode_settings.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
     selected = [] if FLAGS.wait else checkpoints.select(FLAGS.model_dir, FLAGS.checkpoint)
     data_dir = FLAGS.data_dir or model.info.data_dir
     if model.problem is None or not data_dir:
         raise UserError("this model_dir was trained on no problem: pass --problem and --data_dir to evaluate it")
     tasks = evaluation.tasks_for(model.problem, data_dir, FLAGS.split, FLAGS.max_examples)
-    params = decoding.estimator_params(decode_hp)
-    backend = engines.Backend(model, params, decode_hp.batch_size)
-    sink = evaluation.ResultsSink(results_dir, tensorboard=FLAGS.tensorboard)
+    params = decode_settings.estimator_params(decode_hp)
+    decoder = engines.Decoder(model, params, decode_hp.batch_size)
+    sink = results.ResultsSink(results_dir, tensorboard=FLAGS.tensorboard)
     evaluator = evaluation.Evaluator(
-        backend,
+        decoder,
         tasks,
         loading.text_decoder(model.vocab),
-        backend.inputs_length,
-        backend.targets_length,
+        decoder.inputs_length,
+        decoder.targets_length,
         sink,
         FLAGS.split,
     )
@@ -78,16 +81,17 @@ def main() -> None:
     if not records and not FLAGS.wait:
         raise UserError(f"no checkpoint of {FLAGS.model_dir} could be evaluated (see the warnings above)")
     logging.info("results in %s", sink.path)
-    print(evaluation.table(records), flush=True)
+    print(results.table(records), flush=True)
 
 
 def _evaluate_all(model_dir: str, selected: list[tuple[int, str]], evaluate, sink) -> None:
-    from t2tcli import checkpoints, evaluation
+    from t2tcli.evaluate import following
+    from t2tcli.model import checkpoints
 
     if FLAGS.wait:
         if FLAGS.checkpoint != "latest":
             logging.warning("--wait evaluates every checkpoint not evaluated yet; --checkpoint is ignored")
-        outcome = evaluation.follow(
+        outcome = following.follow(
             model_dir,
             evaluate,
             skip=sink.evaluated_steps(FLAGS.split),
@@ -113,7 +117,7 @@ def _evaluate_every(model_dir: str, listed: list[tuple[int, str]], evaluate) -> 
     """--checkpoint=all beside a running trainer: the checkpoints it saved in place of those it
     deleted before they could be read are evaluated too, so a --keep_checkpoint_max=1 run still
     yields a result. Only a few rounds: this is no follower (that is --wait)."""
-    from t2tcli import checkpoints
+    from t2tcli.model import checkpoints
 
     pending = listed
     for _ in range(5):

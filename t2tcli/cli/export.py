@@ -34,24 +34,27 @@ FLAGS = flags.FLAGS
 
 def main() -> None:
     common.require("model_dir", "export_dir")
-    from t2tcli import checkpoints, decoding, export, loading, paths
+    from t2tcli.decode import saved_model
+    from t2tcli.decode import settings as decode_settings
+    from t2tcli.io import preflight
+    from t2tcli.model import checkpoints, loading
 
-    paths.check_output_dir(FLAGS.export_dir, "export_dir")
+    preflight.check_output_dir(FLAGS.export_dir, "export_dir")
 
     model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams, FLAGS.trust_usr_dir)
-    decode_hp = decoding.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
+    decode_hp = decode_settings.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
     with checkpoints.reading(FLAGS.model_dir, FLAGS.checkpoint_path) as (step, checkpoint, readable):
         logging.info("exporting checkpoint %s (step %d)", checkpoint, step)
         if FLAGS.export_format == "hf":
-            from t2tcli import hf_t5
+            from t2tcli.interop import hf_t5
 
             size = model.vocab.vocab_size
             values = hf_t5.mesh_values_from_checkpoint(readable, model.hparams, size)
             hf_t5.export(values, model.hparams, model.vocab.model_proto, size, FLAGS.export_dir)
             print(FLAGS.export_dir, flush=True)
             return
-        params = decoding.estimator_params(decode_hp)
-        path = export.export(model, FLAGS.export_dir, readable, params, decode_hp.batch_size, checkpoint)
+        params = decode_settings.estimator_params(decode_hp)
+        path = saved_model.export(model, FLAGS.export_dir, readable, params, decode_hp.batch_size, checkpoint)
     print(path, flush=True)
 
 

@@ -12,7 +12,7 @@ import textwrap
 
 from absl import flags
 
-from t2tcli.flags import FLAGS
+from t2tcli.cli.flags import FLAGS
 
 HELP_FLAGS = ("--help", "-h", "-?", "--helpshort")
 _WIDTH = 100
@@ -38,7 +38,7 @@ def _flag_lines(module: str) -> list[str]:
 def help_text(prog: str, module: str, description: str) -> str:
     """The --help of the binary whose flags live in `module`."""
     parts = [description.strip(), "", f"{prog} flags:", *_flag_lines(module), "", "Shared flags:"]
-    parts += _flag_lines("t2tcli.flags")
+    parts += _flag_lines("t2tcli.cli.flags")
     parts += [
         "",
         "Logging:",

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from absl import flags
 
-from t2tcli import paths, trainer
 from t2tcli.cli import common
-from t2tcli.flags import FLAGS, show_progress
+from t2tcli.cli.flags import FLAGS, show_progress
+from t2tcli.io import preflight
+from t2tcli.train import trainer
 
 flags.DEFINE_integer(
     "train_steps", 1000, "Train until the global step reaches this; 0 writes the initial weights as step 0."
@@ -63,7 +64,7 @@ def main() -> None:
     common.require("model_dir")
     if FLAGS.problem:
         common.require("data_dir")
-    paths.check_output_dir(FLAGS.model_dir, "model_dir")
+    preflight.check_output_dir(FLAGS.model_dir, "model_dir")
     cfg = trainer.TrainConfig(
         problem=FLAGS.problem or "",
         hparams_set=FLAGS.hparams_set or "",

@@ -21,8 +21,8 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
-from t2tcli import fs
 from t2tcli.errors import UserError
+from t2tcli.io import fs
 
 
 def _temporary_prefix(path: str) -> str:

@@ -29,8 +29,8 @@ from collections.abc import Iterator
 
 from absl import logging
 
-from t2tcli import fs
 from t2tcli.errors import UserError
+from t2tcli.io import fs
 from t2tcli.io.atomic import process_running
 
 

@@ -1,0 +1,6 @@
+"""From raw records to a data_dir: sources, preprocessing, the vocabulary, the data_dir
+layout, the datagen stages with their local and Beam runners, and the tf.data pipeline
+that reads the shards back for training and evaluation.
+
+Imports: core and io only; data knows nothing of models.
+"""

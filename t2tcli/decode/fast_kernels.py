@@ -1,0 +1,88 @@
+"""The fast engine's matrix products and attention, in the kernels this machine runs best.
+
+Which kernel a product or an attention takes depends on the CPU (native bfloat16 or
+not, AVX-512 or held back to AVX2): t2tcli.model.dtype_policy decides, once per process,
+and the functions here follow. The rest of the fast engine multiplies only through them.
+
+Imports: core, model.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from t2tcli.compat import tf
+from t2tcli.model import dtype_policy
+
+# Queries per attention at most, in a decode step (one per beam of an input).
+DECODE_QUERIES = 8
+
+
+@functools.cache
+def machine() -> dtype_policy.Machine:
+    """This process's machine, detected once (detection lists the GPUs)."""
+    return dtype_policy.detect()
+
+
+def transposed_kernels() -> bool:
+    """Whether this process keeps the layers' kernels [out, in] (t2tcli.model.dtype_policy.transposed_kernels)."""
+    return dtype_policy.transposed_kernels(machine())
+
+
+def beam_attention_on_onednn() -> bool:
+    """Whether this process attends several queries per product on oneDNN
+    (t2tcli.model.dtype_policy.beam_attention_on_onednn)."""
+    return dtype_policy.beam_attention_on_onednn(machine())
+
+
+def bfloat16_in_float32() -> bool:
+    """Whether this process multiplies bfloat16 in float32 (t2tcli.model.dtype_policy.emulated_einsum)."""
+    return dtype_policy.emulated_einsum(machine())
+
+
+def matmul(a: tf.Tensor, b: tf.Tensor, transpose_b: bool = False) -> tf.Tensor:
+    """tf.matmul; bfloat16 operands are multiplied in float32 and rounded once where the
+    CPU has no native bfloat16, as the training graph's einsums are. That is the same
+    arithmetic TensorFlow's CPU kernel does, and it avoids oneDNN's bfloat16 matmul,
+    which aborts the process (dnnl::error) on a bfloat16 CPU held back by
+    ONEDNN_MAX_CPU_ISA=AVX2."""
+    if a.dtype == tf.bfloat16 and bfloat16_in_float32():
+        product = tf.matmul(tf.cast(a, tf.float32), tf.cast(b, tf.float32), transpose_b=transpose_b)
+        return tf.cast(product, tf.bfloat16)
+    return tf.matmul(a, b, transpose_b=transpose_b)
+
+
+def dense(x: tf.Tensor, kernel: tf.Tensor, transpose: bool = False) -> tf.Tensor:
+    """x [..., d] @ kernel [d, n] (kernel [n, d] with `transpose`) for 2-D or 3-D x.
+
+    A 3-D x is flattened to one 2-D MatMul rather than an Einsum: TensorFlow's
+    bfloat16 Einsum runs 10-20x slower than its MatMul on CPUs without native
+    bfloat16 (t2tcli.model.dtype_policy).
+    """
+    if x.shape.rank == 2:
+        return matmul(x, kernel, transpose_b=transpose)
+    flat = matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel, transpose_b=transpose)
+    return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], tf.shape(flat)[-1:]], axis=0))
+
+
+def attend(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+    """Softmax attention over [..., length, d_kv] tensors; logits in float32 as mesh-tf's."""
+    q, k = tf.cast(q, tf.float32), tf.cast(k, tf.float32)
+    queries = q.shape[-2]
+    decode_step = queries is not None and queries <= DECODE_QUERIES
+    if decode_step and (queries == 1 or not beam_attention_on_onednn()):
+        # A decode step's queries: hundreds of [queries x d_kv] x [d_kv x positions]
+        # products. With one query each (greedy decoding, every self-attention step),
+        # Eigen's batch matmul (BatchMatMulV3, which oneDNN leaves alone) and an
+        # element-wise softmax beat oneDNN's wherever measured (an AVX512-BF16 CPU as
+        # itself and held back to AVX2); a beam step's several queries per input go to
+        # oneDNN where it runs AVX-512 (dtype_policy.beam_attention_on_onednn). Longer
+        # queries (the encoder, teacher forcing) stay with oneDNN, several times faster.
+        logits = tf.raw_ops.BatchMatMulV3(x=q, y=k, adj_y=True, Tout=tf.float32) + bias
+        exp = tf.exp(logits - tf.reduce_max(logits, axis=-1, keepdims=True))
+        weights = exp / tf.reduce_sum(exp, axis=-1, keepdims=True)
+        if v.dtype == tf.float32:  # Eigen's bfloat16 matmul is slow; oneDNN takes those
+            return tf.raw_ops.BatchMatMulV3(x=weights, y=v, Tout=tf.float32)
+    else:
+        weights = tf.nn.softmax(matmul(q, k, transpose_b=True) + bias)
+    return matmul(tf.cast(weights, v.dtype), v)

@@ -1,0 +1,344 @@
+"""Finding checkpoints in a model_dir and averaging the last few of them.
+
+Eval, decode and export all accept the same ways of naming a checkpoint, resolved
+here, so "latest", a step number and a path mean the same thing to every binary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+from absl import logging
+
+from t2tcli.compat import tf
+from t2tcli.errors import UserError
+from t2tcli.io import atomic, fs, lock
+from t2tcli.model.run_records import HPARAMS_FILE, RUN_FILE, VOCAB_FILE
+
+# What t2t-avg-checkpoints writes beside the averaged checkpoint: the model_dir and steps it came from.
+AVERAGED_FILE = "averaged_from.json"
+_STEP_RE = re.compile(r"-(\d+)$")
+
+
+def step_of(checkpoint_path: str) -> int:
+    """The global step of a checkpoint: from its name, else from its variables."""
+    match = _STEP_RE.search(checkpoint_path)
+    if match:
+        return int(match.group(1))
+    try:
+        return int(tf.train.load_checkpoint(checkpoint_path).get_tensor("global_step"))
+    except (tf.errors.NotFoundError, ValueError):
+        return 0
+
+
+def list_checkpoints(model_dir: str) -> list[tuple[int, str]]:
+    """(step, path prefix) of every complete checkpoint in model_dir, oldest first.
+
+    A checkpoint counts once its `.index` file exists: the saver writes the index
+    last, so a checkpoint being written is never picked up half-done.
+    """
+    found: dict[int, str] = {}
+    for index in fs.glob_in(model_dir, "*.index"):
+        prefix = index[: -len(".index")]
+        if not _data_files(prefix):
+            continue
+        found[step_of(prefix)] = prefix
+    return sorted(found.items())
+
+
+def _data_files(prefix: str) -> list[str]:
+    """A checkpoint's data shards (`PREFIX.data-00000-of-00001` ...)."""
+    return fs.glob_in(os.path.dirname(prefix) or ".", glob.escape(os.path.basename(prefix)) + ".data-*")
+
+
+def resolve(model_dir: str, spec: str | None) -> tuple[int, str]:
+    """(step, path) of the checkpoint named by `spec`: None/'latest', a step, a path or a dir."""
+    if spec in (None, "", "latest"):
+        path = tf.train.latest_checkpoint(model_dir)
+        if path is None:
+            ckpts = list_checkpoints(model_dir)
+            if not ckpts:
+                raise UserError(f"no checkpoint in --model_dir={model_dir}; train a model first")
+            return ckpts[-1]
+        return step_of(path), path
+    if spec.isdigit():
+        for step, path in list_checkpoints(model_dir):
+            if step == int(spec):
+                return step, path
+        have = ", ".join(str(s) for s, _ in list_checkpoints(model_dir)) or "none"
+        raise UserError(f"no checkpoint of step {spec} in {model_dir} (have: {have})")
+    if fs.isdir(spec):
+        return resolve(spec, None)
+    if not fs.exists(spec + ".index"):
+        raise UserError(f"checkpoint {spec} not found (expected {spec}.index)")
+    return step_of(spec), spec
+
+
+PIN_PREFIX = ".reading."
+
+
+class CheckpointGone(UserError):
+    """A checkpoint was deleted before it could be read (a running trainer keeps only its
+    newest `keep_checkpoint_max`)."""
+
+    def __init__(self, checkpoint_path: str) -> None:
+        super().__init__(
+            f"checkpoint {checkpoint_path} was deleted before it could be read "
+            "(a running t2t-train keeps only its --keep_checkpoint_max newest)"
+        )
+
+
+@contextlib.contextmanager
+def pinned(checkpoint_path: str) -> Iterator[str]:
+    """A path at which the checkpoint stays readable for the whole block, even if the
+    trainer deletes it meanwhile; CheckpointGone if it is gone already.
+
+    Its files are hard-linked into a private directory beside them: a deleted file's
+    bytes live on while a link remains, and reading costs no copy. Where no link can be
+    made there (a read-only model_dir, a remote file system), the checkpoint is read where
+    it is, and a deletion under a reader is reported as one line by `readable`.
+    """
+    directory, name = os.path.split(checkpoint_path)
+    directory = directory or "."
+    pin_dir = None
+    if not fs.is_remote(checkpoint_path):
+        atomic.remove_stale(directory, PIN_PREFIX)
+        with contextlib.suppress(OSError):
+            pin_dir = tempfile.mkdtemp(prefix=f"{PIN_PREFIX}{os.getpid()}.", dir=directory)
+    if pin_dir is None:
+        yield checkpoint_path
+        return
+    try:
+        try:
+            files = [checkpoint_path + ".index", *_data_files(checkpoint_path)]
+            if len(files) < 2:
+                raise FileNotFoundError(checkpoint_path)
+            for path in files:
+                os.link(path, os.path.join(pin_dir, os.path.basename(path)))
+        except FileNotFoundError:
+            raise CheckpointGone(checkpoint_path) from None
+        except OSError:  # a file system without hard links
+            yield checkpoint_path
+            return
+        yield os.path.join(pin_dir, name)
+    finally:
+        shutil.rmtree(pin_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def reading(model_dir: str, spec: str | None) -> Iterator[tuple[int, str, str]]:
+    """(step, path, path to read it at) of the checkpoint `spec` names (see `resolve`),
+    pinned for the block; the latest one is looked up again if the trainer deleted it
+    meanwhile."""
+    for attempt in range(5):
+        step, path = resolve(model_dir, spec)
+        stack = contextlib.ExitStack()
+        try:
+            readable_path = stack.enter_context(pinned(path))
+        except CheckpointGone:
+            if spec not in (None, "", "latest") or attempt == 4:
+                raise
+            continue
+        with stack:
+            yield step, path, readable_path
+        return
+
+
+@contextlib.contextmanager
+def readable(checkpoint_path: str) -> Iterator[None]:
+    """Turns TensorFlow's failure to read a checkpoint (a truncated or damaged data file)
+    into one line naming the checkpoint."""
+    try:
+        yield
+    except tf.errors.NotFoundError:
+        raise CheckpointGone(checkpoint_path) from None
+    except (tf.errors.OutOfRangeError, tf.errors.DataLossError, IndexError) as exc:
+        # IndexError: what TensorFlow's checkpoint reader raises for a data file cut short.
+        detail = str(getattr(exc, "message", exc)).strip().splitlines()[0][:200]
+        raise UserError(
+            f"checkpoint {checkpoint_path} cannot be read ({detail}): its files are truncated or damaged; "
+            "use another one (--checkpoint_path / --checkpoint)"
+        ) from None
+
+
+def check_complete(checkpoint_path: str) -> None:
+    """A one-line error when a checkpoint's data files are shorter than its variables need.
+
+    The index lists every variable's shape and dtype, so the bytes the data files must
+    hold are known without reading them: a file cut short (a full disk, a copy
+    interrupted) is caught before anything is written, not halfway through a restore.
+    """
+    with readable(checkpoint_path):
+        reader = tf.train.load_checkpoint(checkpoint_path)
+        shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+    needed = 0
+    for name, shape in shapes.items():
+        if dtypes[name] != tf.string:
+            needed += int(np.prod(shape, dtype=np.int64)) * dtypes[name].size
+    held = sum(tf.io.gfile.stat(path).length for path in tf.io.gfile.glob(checkpoint_path + ".data-*"))
+    if held < needed:
+        raise UserError(
+            f"checkpoint {checkpoint_path} is truncated: its data files hold {held} bytes of the {needed} "
+            "its variables need; use another one"
+        )
+
+
+def fingerprint(checkpoint_path: str) -> str:
+    """A short hash of a checkpoint's index bytes and data file sizes: what a cache of
+    something derived from it is keyed by (a data file cut short changes it; reading
+    every byte of a T5's data files for a key would cost as much as the conversion)."""
+    digest = hashlib.sha256()
+    with tf.io.gfile.GFile(checkpoint_path + ".index", "rb") as f:
+        digest.update(f.read())
+    for data in sorted(tf.io.gfile.glob(checkpoint_path + ".data-*")):
+        digest.update(f"{os.path.basename(data)}:{tf.io.gfile.stat(data).length}".encode())
+    return digest.hexdigest()[:12]
+
+
+def read_tensors(checkpoint_path: str, names: Iterable[str]) -> dict[str, Any]:
+    """The named tensors of a checkpoint as numpy arrays; one line for a missing or damaged one."""
+    with readable(checkpoint_path):
+        reader = tf.train.load_checkpoint(checkpoint_path)
+        have = reader.get_variable_to_shape_map()
+        names = list(names)
+        missing = [n for n in names if n not in have]
+        if missing:
+            raise UserError(
+                f"checkpoint {checkpoint_path} lacks {len(missing)} of the model's weights, e.g. {missing[0]}"
+            )
+        return {name: reader.get_tensor(name) for name in names}
+
+
+def select(model_dir: str, spec: str) -> list[tuple[int, str]]:
+    """Checkpoints named by --checkpoint: 'latest', 'all' or 'STEP[,STEP...]'."""
+    if spec == "all":
+        ckpts = list_checkpoints(model_dir)
+        if not ckpts:
+            raise UserError(f"no checkpoint in --model_dir={model_dir}; train a model first")
+        return ckpts
+    if spec == "latest":
+        return [resolve(model_dir, None)]
+    steps = [s.strip() for s in spec.split(",") if s.strip()]
+    if not steps or not all(s.isdigit() for s in steps):
+        raise UserError(f"--checkpoint={spec}: expected latest, all or STEP[,STEP...]")
+    return [resolve(model_dir, s) for s in steps]
+
+
+def average(model_dir: str, num_last: int, output_dir: str) -> tuple[str, list[int]]:
+    """Averages the float variables of the last `num_last` checkpoints into output_dir.
+
+    Non-float variables (the global step, integer counters) come from the newest
+    checkpoint, so training state read from the result matches that checkpoint.
+    The run description and vocabulary are copied too: output_dir is itself a
+    model_dir that eval, decode and export accept. Returns (path, steps averaged).
+    output_dir is held (`t2tcli.io.lock`) while it is written, and the checkpoints read
+    are pinned, so a trainer still writing model_dir may delete them meanwhile.
+    """
+    if num_last < 1:
+        raise UserError(f"--num_last={num_last}: must be at least 1")
+    _check_average_target(model_dir, output_dir)
+    with lock.hold(output_dir, "averaged checkpoints"), contextlib.ExitStack() as pins:
+        ckpts = list_checkpoints(model_dir)
+        if len(ckpts) < num_last:
+            logging.warning("only %d checkpoints in %s; averaging all of them", len(ckpts), model_dir)
+        chosen = []
+        for step, path in ckpts[-num_last:]:
+            try:
+                chosen.append((step, pins.enter_context(pinned(path))))
+            except CheckpointGone as exc:
+                logging.warning("%s; averaging the others", exc)
+        if not chosen:
+            raise UserError(f"no checkpoint in --model_dir={model_dir}")
+        values, newest_step = _averaged_values(chosen)
+        out_path = os.path.join(output_dir, f"model.ckpt-{newest_step}")
+        write_checkpoint(values, out_path)
+        for name in (RUN_FILE, HPARAMS_FILE, VOCAB_FILE):
+            src = os.path.join(model_dir, name)
+            if fs.exists(src):
+                atomic.copy(src, os.path.join(output_dir, name))
+        source = {"model_dir": os.path.realpath(model_dir), "steps": [s for s, _ in chosen]}
+        atomic.write_text(os.path.join(output_dir, AVERAGED_FILE), json.dumps(source, indent=2) + "\n")
+    return out_path, [s for s, _ in chosen]
+
+
+def _check_average_target(model_dir: str, output_dir: str) -> None:
+    """A one-line error when averaging into output_dir would overwrite a run: model_dir
+    itself (by any path, symlinks included) or another model_dir. A directory an earlier
+    average of this same model_dir wrote may be written again."""
+    if atomic.same_file(output_dir, model_dir):
+        raise UserError(f"--output_dir={output_dir} is --model_dir={model_dir}; average into another directory")
+    if not fs.isdir(output_dir):
+        return
+    holds_run = fs.exists(os.path.join(output_dir, RUN_FILE)) or bool(list_checkpoints(output_dir))
+    if not holds_run:
+        return
+    try:
+        source = json.loads(fs.read_bytes(os.path.join(output_dir, AVERAGED_FILE)))
+        same_source = isinstance(source, dict) and source.get("model_dir") == os.path.realpath(model_dir)
+    except (OSError, ValueError):
+        same_source = False
+    if not same_source:
+        raise UserError(
+            f"--output_dir={output_dir} holds another run (its run.json or checkpoints), which averaging would "
+            "overwrite; use a new or empty directory"
+        )
+
+
+def _averaged_values(chosen: list[tuple[int, str]]) -> tuple[dict[str, Any], int]:
+    """The mean of the float variables of `chosen` checkpoints (others from the newest), and its step."""
+    newest_step, newest_path = chosen[-1]
+    for _, path in chosen:  # every input checked before any is read or anything written
+        check_complete(path)
+    with readable(newest_path):
+        newest = tf.train.load_checkpoint(newest_path)
+        shapes = newest.get_variable_to_shape_map()
+        dtypes = newest.get_variable_to_dtype_map()
+        values = {name: newest.get_tensor(name) for name in shapes}
+    floats = [n for n in shapes if dtypes[n].is_floating]
+    for n in floats:
+        values[n] = values[n].astype("float64")
+    for _, path in chosen[:-1]:
+        with readable(path):
+            reader = tf.train.load_checkpoint(path)
+            for n in floats:
+                if not reader.has_tensor(n) or tuple(reader.get_variable_to_shape_map()[n]) != tuple(shapes[n]):
+                    raise UserError(f"checkpoint {path} does not match {newest_path} at variable '{n}'")
+                values[n] = values[n] + reader.get_tensor(n)
+    for n in floats:
+        values[n] = (values[n] / len(chosen)).astype(dtypes[n].as_numpy_dtype)
+    return values, newest_step
+
+
+def write_checkpoint(values: dict, out_path: str) -> None:
+    """Saves named arrays as a TF1 checkpoint and points the `checkpoint` file at it last."""
+    graph = tf.Graph()
+    with graph.as_default():
+        variables = []
+        for name, value in values.items():
+            variables.append(tf.compat.v1.Variable(value, name=name, trainable=False))
+        saver = tf.compat.v1.train.Saver(variables, sharded=False, save_relative_paths=True)
+        with tf.compat.v1.Session(graph=graph) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            # The `checkpoint` state file is written after the data, so readers never see
+            # a state file that names a half-written checkpoint.
+            saver.save(sess, out_path, write_meta_graph=False, write_state=True)
+
+
+def latest_step(model_dir: str) -> int:
+    """The global step of model_dir's latest checkpoint; 0 without one."""
+    path = tf.train.latest_checkpoint(model_dir)
+    if not path:
+        return 0
+    check_complete(path)
+    with readable(path):
+        return int(tf.train.load_checkpoint(path).get_tensor("global_step"))

@@ -1,0 +1,249 @@
+"""The activation dtype a model runs in on this machine, resolved once at run time.
+
+`activation_dtype=auto` (the default) means bfloat16 where the hardware multiplies it
+natively and float32 everywhere else; variables stay float32 either way, so a model
+trained on one machine runs at full speed on another. Every binary that builds the
+model asks `resolve()`; nothing else looks at the hardware.
+
+Why not bfloat16 everywhere: measured on a 2-core AVX2-only CPU (no AVX-512, no AMX),
+a bfloat16 training step of the demo's model took 12x as long as float32. TensorFlow's
+bfloat16 MatMul and BatchMatMul convert to float32 and are as fast as float32 there,
+but its bfloat16 Einsum (every mesh-tensorflow matmul is one) runs a scalar
+bfloat16 contraction, 10-20x slower than float32 (the one-hot embedding einsums at
+vocabulary 8,000 took 1.6-2.1 s each against 0.08-0.17 s). `t2tcli.model.mesh` therefore
+computes bfloat16 einsums in float32 on such CPUs (`emulated_einsum`), rounding the
+result back as a native kernel would; what is left is the element-wise work, which
+bfloat16 does not speed up without native support, so float32 remains the faster
+choice there (see BF16_SLOWDOWN_WITHOUT_NATIVE).
+
+Native means: a TPU; a GPU of compute capability 8.0 or more; an x86 CPU with AMX or
+AVX512-BF16 that oneDNN may use (`ONEDNN_MAX_CPU_ISA` below AVX512_CORE_BF16, or
+`TF_ENABLE_ONEDNN_OPTS=0`, take that away). Plain AVX-512 only emulates bfloat16 and
+is treated like AVX2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+
+from absl import logging
+
+from t2tcli.errors import UserError
+
+ACTIVATION_DTYPES = ("auto", "bfloat16", "float32")
+# A bfloat16 training step against a float32 one on a 2-core AVX2-only CPU, bfloat16
+# einsums already emulated: bench/train.py's rows, 1.69 s against 1.50 s (1.13x) on
+# 2026-11-23, 1.3x on the demo's model in an earlier run (the VM's speed drifts 10-20%).
+BF16_SLOWDOWN_WITHOUT_NATIVE = "1.1-1.3x"
+# oneDNN's ISA names (ONEDNN_MAX_CPU_ISA) from which bfloat16 dot products are native.
+_NATIVE_BF16_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX10_", "ALL")
+_NATIVE_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """What decides the dtype: the device the model runs on and, on CPU, what oneDNN may use."""
+
+    device: str  # "tpu", "gpu" or "cpu"
+    cpu_flags: frozenset[str] = frozenset()
+    gpu_capability: tuple[int, int] | None = None
+    onednn_max_isa: str = ""
+    onednn_enabled: bool = True
+
+    def cpu_kind(self) -> str:
+        """'AMX', 'AVX512-BF16', 'AVX-512' or 'AVX2' (or 'no AVX2'): the class a figure holds for."""
+        for flag, kind in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX-512")):
+            if flag in self.cpu_flags:
+                return kind
+        return "AVX2" if "avx2" in self.cpu_flags else "no AVX2"
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """The dtype to run in, why, and a warning when an explicit choice will be slow."""
+
+    dtype: str
+    reason: str
+    warning: str | None = None
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The first processor's feature flags (empty where /proc/cpuinfo does not exist)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def _gpu_capability() -> tuple[int, int] | None:
+    """The lowest compute capability among visible GPUs, None when there is none."""
+    from t2tcli.compat import tf
+
+    capabilities = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(gpu)
+        capabilities.append(tuple(details.get("compute_capability") or (0, 0)))
+    return min(capabilities) if capabilities else None
+
+
+def detect(use_tpu: bool = False) -> Machine:
+    """This process's machine: TPU when training on one, else the first GPU, else the CPU."""
+    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
+    common = dict(
+        cpu_flags=cpu_flags() if platform.machine().lower() in ("x86_64", "amd64") else frozenset(),
+        onednn_max_isa=os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper(),
+        onednn_enabled=onednn,
+    )
+    if use_tpu:
+        return Machine("tpu", **common)
+    capability = _gpu_capability()
+    if capability is not None:
+        return Machine("gpu", gpu_capability=capability, **common)
+    return Machine("cpu", **common)
+
+
+def native_bfloat16(machine: Machine) -> tuple[bool, str]:
+    """(whether bfloat16 matmuls run natively, the reason in a few words)."""
+    if machine.device == "tpu":
+        return True, "TPU"
+    if machine.device == "gpu":
+        major, minor = machine.gpu_capability or (0, 0)
+        return major >= 8, f"GPU of compute capability {major}.{minor}"
+    kind = machine.cpu_kind()
+    if not any(flag in machine.cpu_flags for flag in _NATIVE_CPU_FLAGS):
+        return False, f"{kind} CPU without AMX or AVX512-BF16"
+    if not machine.onednn_enabled:
+        return False, f"{kind} CPU, but TF_ENABLE_ONEDNN_OPTS=0 turns oneDNN off"
+    isa = machine.onednn_max_isa
+    if isa and not isa.startswith(_NATIVE_BF16_ISAS):
+        return False, f"{kind} CPU, but ONEDNN_MAX_CPU_ISA={isa} keeps oneDNN below AVX512_CORE_BF16"
+    return True, f"{kind} CPU"
+
+
+def check(requested: str) -> None:
+    """A one-line error for a value that is not auto, bfloat16 or float32."""
+    if requested not in ACTIVATION_DTYPES:
+        raise UserError(f"hparam activation_dtype={requested!r}: use one of {', '.join(ACTIVATION_DTYPES)}")
+
+
+def choose(requested: str, machine: Machine) -> Choice:
+    """The dtype for `requested` (auto, bfloat16 or float32) on `machine`."""
+    check(requested)
+    native, why = native_bfloat16(machine)
+    if requested == "auto":
+        dtype = "bfloat16" if native else "float32"
+        return Choice(dtype, f"activation_dtype=auto: {dtype} on this {why}")
+    warning = None
+    if requested == "bfloat16" and not native:
+        warning = (
+            f"activation_dtype=bfloat16 on this {why}: bfloat16 is emulated here, and training steps were "
+            f"measured {BF16_SLOWDOWN_WITHOUT_NATIVE} slower than float32 on such CPUs; "
+            "activation_dtype=auto picks the faster one"
+        )
+    return Choice(requested, f"activation_dtype={requested} (set explicitly)", warning)
+
+
+_said: set[str] = set()
+
+
+def resolve(requested: str, use_tpu: bool = False, machine: Machine | None = None) -> str:
+    """The concrete dtype ('bfloat16' or 'float32') for hparam `requested` here.
+
+    Logs once per process what was chosen and why, and the warning for an explicit
+    bfloat16 that this machine runs slowly.
+    """
+    check(requested)
+    choice = choose(requested, machine or detect(use_tpu))
+    if choice.reason not in _said:
+        _said.add(choice.reason)
+        logging.info("activations in %s (%s)", choice.dtype, choice.reason)
+        if choice.warning:
+            logging.warning("%s", choice.warning)
+    return choice.dtype
+
+
+def emulated_einsum(machine: Machine) -> bool:
+    """Whether bfloat16 einsums should run in float32: on CPUs without native bfloat16,
+    where TensorFlow's bfloat16 Einsum kernel is 10-20x slower than float32."""
+    return machine.device == "cpu" and not native_bfloat16(machine)[0]
+
+
+# oneDNN's ISA names (ONEDNN_MAX_CPU_ISA) from which its GEMMs use AVX-512 registers.
+_AVX512_ISAS = ("AVX512", "AVX10_", "ALL")
+
+
+def onednn_avx512(machine: Machine) -> bool:
+    """Whether oneDNN runs its AVX-512 kernels here: a CPU with AVX-512, oneDNN on, and no
+    ONEDNN_MAX_CPU_ISA holding it below AVX-512."""
+    if machine.device != "cpu" or not machine.onednn_enabled or "avx512f" not in machine.cpu_flags:
+        return False
+    isa = machine.onednn_max_isa
+    return not isa or isa == "DEFAULT" or isa.startswith(_AVX512_ISAS)
+
+
+def beam_attention_on_onednn(machine: Machine) -> bool:
+    """Whether a decode step's attention with several queries per product (beam search's
+    encoder-decoder attention: an input's beams against its encoder keys) runs on oneDNN's
+    batch matmul and softmax rather than Eigen's.
+
+    Where oneDNN runs AVX-512: there its batch matmul took 4.8 ms against Eigen's 9.1 ms
+    per step for t5_small's six layers at 64 inputs x 4 beams over 62 input positions, and
+    a whole beam 4 decode of 256 translation sentences ran 7-10% faster in float32 and
+    4-7% in bfloat16, with the same outputs (2-core AVX512-BF16 AMD EPYC). Single queries
+    (greedy decoding, every self-attention step) stay on Eigen everywhere: Eigen took 3.6
+    against oneDNN's 4.7 ms for them on that CPU, and was faster for them held back to
+    AVX2 too. Held back to AVX2, oneDNN's gain for a beam step was within the machine's
+    noise (1-4% of a decode); no real AVX2-only CPU has measured it, so AVX2-class CPUs
+    keep Eigen.
+    """
+    return onednn_avx512(machine)
+
+
+def transposed_kernels(machine: Machine) -> bool:
+    """Whether the fast decode engine should keep its kernels [out, in] (multiplying by
+    them transposed) rather than [in, out] as checkpoints hold them.
+
+    Only where a CPU with AVX-512 is held back to an AVX2-class ISA by ONEDNN_MAX_CPU_ISA.
+    There oneDNN's float32 GEMM is slow on an [in, out] kernel whose rows are a multiple
+    of 512 floats long (T5's 512-, 1,536-, 2,048- and 3,072-wide projections): at a beam
+    search step's 256 rows, [256 x 512] x [512 x 2048] ran at 100 GFLOPS, and at 184
+    with the kernel held [2048 x 512] and transposed (2-core AVX512-BF16 AMD EPYC held to
+    AVX2). A real AVX2-only CPU is the other way round: on a 2-core AVX2-only AMD EPYC the
+    same product ran at 66-73 GFLOPS as held and 45-48 transposed, and greedy t5_small
+    decoding went 13 -> 22-24 sentences/s untransposed. oneDNN's AVX-512 GEMM also
+    prefers the kernels as held (200 against 153 GFLOPS), and its bfloat16 one is even.
+    Every GEMM on a held-back CPU is float32 (bfloat16 ones run in float32 too,
+    t2tcli.decode.fast_kernels.matmul), so the activation dtype need not be asked.
+    """
+    avx512_cpu = machine.device == "cpu" and machine.onednn_enabled and "avx512f" in machine.cpu_flags
+    return avx512_cpu and not onednn_avx512(machine)  # held back below AVX-512
+
+
+# Zero columns added to the FFN's inner width where ffn_padding() asks for them.
+FFN_PADDING = 16
+
+
+def ffn_padding(machine: Machine, d_ff: int) -> int:
+    """Zero columns the fast decode engine adds to the FFN's inner width (its input
+    kernels' outputs and its output kernel's inputs): the FFN computes the same values,
+    as the added units are zero in and out.
+
+    On a real AVX2-only CPU oneDNN's float32 GEMM slows down on a kernel whose rows are
+    a multiple of 2,048 floats (8 KiB) long, T5's d_ff of 2,048 among them: at a beam
+    search step's 256 rows, t5_small's two FFN products took 9.6 ms as held and 8.0 ms
+    with 16 zero columns more (medians of 7, 2-core AVX2-only AMD EPYC); a t5_small beam
+    4 batch went 8.5 -> 7.3-7.5 s and a greedy one 3.1 -> 2.9 s, same outputs. Widths
+    that are no multiple of 2,048 (3,072, 2,816, 1,024) did not gain. A CPU with AVX-512
+    held back to AVX2 transposes its kernels instead (transposed_kernels); AVX-512's
+    and bfloat16's GEMMs were not seen to slow down so, and keep the width as it is.
+    """
+    if machine.device != "cpu" or not machine.onednn_enabled or "avx512f" in machine.cpu_flags:
+        return 0
+    return FFN_PADDING if d_ff % 2048 == 0 else 0

@@ -1,0 +1,105 @@
+"""The one place where hparams become mesh-tensorflow gin bindings.
+
+mesh-tensorflow's `transformer` package reads its architecture from gin. Gin is global
+state, so `apply()` clears it and installs the bindings derived from one HParams right
+before a graph is built; nothing else in t2tcli touches gin. The bindings reproduce
+T5's layouts (pre-norm RMS layers, relative attention biases; v1.0's relu FFN and
+embedding shared with the softmax, or v1.1's gated FFN and separate output projection)
+so variable names match the released T5 checkpoints (see t2tcli.model.weight_names).
+"""
+
+from __future__ import annotations
+
+import gin
+
+from t2tcli import compat  # noqa: F401  (shims before mesh_tensorflow)
+from t2tcli.errors import UserError
+from t2tcli.hparams import HParams
+from t2tcli.model.mesh import spec_from_hparams
+from t2tcli.model.weight_names import is_gated
+
+_LAYERS = "mesh_tensorflow.transformer.transformer_layers"
+
+
+def gathers_embeddings(hp: HParams, use_tpu: bool) -> bool:
+    """Whether ids are embedded by row lookup (t2tcli.model.embedding) rather than mesh-tf's
+    one-hot einsum: off TPU, when the mesh splits neither the ids nor the vocabulary."""
+    spec = spec_from_hparams(hp)
+    return not use_tpu and all(spec.split_of(d) == 1 for d in ("batch", "length", "vocab"))
+
+
+def _literal(hp: HParams, key: str, kind: type) -> str:
+    """The hparam as a Python literal gin parses back to the same value; anything but a
+    value of `kind` is refused, so no text from a model_dir can add a binding or an import."""
+    value = hp.get(key)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if type(value) is not kind:
+        raise UserError(f"hparam '{key}': expected {kind.__name__}, got {type(value).__name__} {value!r:.80}")
+    return repr(value)
+
+
+def _quoted(value: str | list[str]) -> str:
+    """A string (or list of strings) as a quoted literal on one line."""
+    items = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, str) for v in items):
+        raise UserError(f"expected text for a gin string, got {value!r:.80}")
+    return repr(value)
+
+
+def bindings(hp: HParams, use_tpu: bool = False) -> list[str]:
+    """The gin bindings (one string each) that configure a Bitransformer for `hp`."""
+    # T5 v1.0's norm variables are .../layer_norm/scale and final_layer_norm/scale (mesh-tf's
+    # "legacy" sublayers); v1.1's are .../rms_norm/scale. The computation is the same.
+    if hp.norm_scope == "layer_norm":
+        norm, final_norm = "sublayer_legacy_rms_norm", "sublayer_legacy_final_rms_norm"
+    else:
+        norm = final_norm = "sublayer_rms_norm"
+    # A gated FFN (T5 v1.1's gated-gelu) multiplies act(x wi_0) by the linear x wi_1.
+    activation = (
+        [hp.ffn_activation.removeprefix("gated-"), "linear"] if is_gated(hp.ffn_activation) else hp.ffn_activation
+    )
+    out = [
+        f"encoder/make_layer_stack.layers = [@{_LAYERS}.SelfAttention, @{_LAYERS}.DenseReluDense]",
+        f"decoder/make_layer_stack.layers = "
+        f"[@{_LAYERS}.SelfAttention, @{_LAYERS}.EncDecAttention, @{_LAYERS}.DenseReluDense]",
+        f"encoder/make_layer_stack.num_layers = {_literal(hp, 'num_encoder_layers', int)}",
+        f"decoder/make_layer_stack.num_layers = {_literal(hp, 'num_decoder_layers', int)}",
+        "make_layer_stack.block_scope = True",
+        "LayerStack.sublayers_initial = [@transformer.sublayer_dropout]",
+        f"LayerStack.sublayers_per_layer = [@transformer.{norm}, @transformer.sublayer_call_layer, "
+        "@transformer.sublayer_dropout, @transformer.sublayer_residual]",
+        f"LayerStack.sublayers_final = [@transformer.{final_norm}, @transformer.sublayer_dropout]",
+        f"sublayer_dropout.dropout_rate = {_literal(hp, 'dropout_rate', float)}",
+        f"Unitransformer.d_model = {_literal(hp, 'd_model', int)}",
+        f"Unitransformer.shared_embedding_and_softmax_weights = {_literal(hp, 'tie_embeddings', bool)}",
+        "Unitransformer.positional_embedding = False",
+        "Unitransformer.max_length = 512",
+        f"Unitransformer.vocab_divisor = {_literal(hp, 'vocab_divisor', int)}",
+        f"Unitransformer.z_loss = {_literal(hp, 'z_loss', float)}",
+        f"decoder/Unitransformer.label_smoothing = {_literal(hp, 'label_smoothing', float)}",
+        "Bitransformer.shared_embedding = True",
+        f"SelfAttention.num_heads = {_literal(hp, 'num_heads', int)}",
+        f"SelfAttention.key_value_size = {_literal(hp, 'd_kv', int)}",
+        f"SelfAttention.dropout_rate = {_literal(hp, 'dropout_rate', float)}",
+        "SelfAttention.relative_attention_type = 'bias_shared'",
+        f"SelfAttention.relative_attention_num_buckets = {_literal(hp, 'relative_attention_num_buckets', int)}",
+        f"DenseReluDense.hidden_size = {_literal(hp, 'd_ff', int)}",
+        f"DenseReluDense.dropout_rate = {_literal(hp, 'dropout_rate', float)}",
+        f"DenseReluDense.activation = {_quoted(activation)}",
+    ]
+    if gathers_embeddings(hp, use_tpu):
+        out.append("get_vocab_embedding_cls.cls = @t2tcli.GatherVocabEmbedding")
+    return out
+
+
+def apply(hp: HParams, use_tpu: bool = False) -> None:
+    """Replaces the global gin config with the bindings of `hp`."""
+    import mesh_tensorflow.transformer.transformer  # noqa: F401  (registers configurables)
+    import mesh_tensorflow.transformer.transformer_layers  # noqa: F401
+
+    from t2tcli.model import embedding  # noqa: F401  (registers t2tcli.GatherVocabEmbedding)
+
+    with gin.unlock_config():
+        gin.clear_config(clear_constants=True)
+        gin.parse_config(bindings(hp, use_tpu))

@@ -1,0 +1,131 @@
+"""The Estimator around the model_fn: one RunConfig for CPU, GPU meshes and TPUs.
+
+Imports: core, data, model, train.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+from t2tcli.compat import tf
+from t2tcli.data import inputs
+from t2tcli.hparams import HParams
+from t2tcli.model import mesh as meshlib
+from t2tcli.train.model_fn import PredictSpec, TrainSettings, make_model_fn
+
+# isort: split
+# Imported after t2tcli.compat, whose shims mesh_tensorflow needs.
+from tensorflow_estimator.python.estimator.tpu import tpu_config as tpu_config_lib
+from tensorflow_estimator.python.estimator.tpu import tpu_estimator
+
+tf1 = tf.compat.v1
+ModeKeys = tf.estimator.ModeKeys
+
+
+@dataclasses.dataclass
+class TPUSettings:
+    """Where the TPU is and how many steps run on it between host round trips."""
+
+    tpu: str
+    tpu_topology: str = ""
+    iterations_per_loop: int = 100
+    zone: str | None = None
+    gcp_project: str | None = None
+
+
+def session_config(hp: HParams) -> tf1.ConfigProto:
+    """Enough logical CPU devices for the mesh (when there is no GPU); in a TF_CONFIG
+    cluster, a task sees only the parameter servers and itself, so that workers do not
+    wait on each other (what Estimator sets when given no session config)."""
+    spec = meshlib.spec_from_hparams(hp)
+    task = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task", {})
+    config = tf1.ConfigProto(
+        device_count={"CPU": meshlib.cpu_device_count(spec)},
+        allow_soft_placement=True,
+        # In a cluster, every worker's session must see the variables the parameter servers hold.
+        isolate_session_state=not task,
+    )
+    if task.get("type") in ("chief", "worker", "master"):
+        config.device_filters.extend(["/job:ps", f"/job:{task['type']}/task:{int(task.get('index', 0))}"])
+    elif task.get("type") == "evaluator":
+        config.device_filters.append(f"/job:evaluator/task:{int(task.get('index', 0))}")
+    return config
+
+
+def build_estimator(
+    model_dir: str,
+    hparams: HParams,
+    vocab_size: int,
+    train: TrainSettings | None = None,
+    tpu: TPUSettings | None = None,
+    params: dict[str, Any] | None = None,
+    predict: PredictSpec | None = None,
+) -> tf.estimator.Estimator:
+    """An Estimator for the Bitransformer of `hparams` (the contract: t2tcli.train.model_fn).
+
+    Checkpoints are written by the model_fn's own saver hook (mesh-tf must copy sliced
+    variables back to their masters first), so the RunConfig's saver is switched off.
+    `predict` is the PREDICT step (t2tcli.decode.tf_predict builds decoding Estimators).
+    """
+    train = train or TrainSettings()
+    spec = meshlib.spec_from_hparams(hparams)
+    model_fn = make_model_fn(hparams, vocab_size, model_dir, train, use_tpu=tpu is not None, predict=predict)
+    run = {
+        "model_dir": model_dir,
+        "save_checkpoints_steps": None,
+        "save_checkpoints_secs": None,
+        "log_step_count_steps": None,
+        "save_summary_steps": train.log_every_steps,
+        "tf_random_seed": train.random_seed,
+    }
+    if tpu is None:
+        config = tf.estimator.RunConfig(
+            keep_checkpoint_max=train.keep_checkpoint_max, session_config=session_config(hparams), **run
+        )
+        return tf.estimator.Estimator(model_fn=model_fn, config=config, params=dict(params or {}))
+    if tpu.tpu_topology:
+        meshlib.check_tpu(spec, tpu.tpu_topology)
+    resolver = tf1.distribute.cluster_resolver.TPUClusterResolver(tpu.tpu, zone=tpu.zone, project=tpu.gcp_project)
+    config = tpu_config_lib.RunConfig(
+        cluster=resolver,
+        tpu_config=tpu_config_lib.TPUConfig(
+            num_shards=spec.size,
+            iterations_per_loop=tpu.iterations_per_loop,
+            per_host_input_for_training=tpu_config_lib.InputPipelineConfig.BROADCAST,
+        ),
+        **run,
+    )
+    return tpu_estimator.TPUEstimator(
+        model_fn=model_fn,
+        config=config,
+        use_tpu=True,
+        train_batch_size=hparams.batch_size,
+        eval_batch_size=hparams.batch_size,
+        predict_batch_size=hparams.batch_size,
+        params=dict(params or {}),
+    )
+
+
+def write_initial_checkpoint(estimator: tf.estimator.Estimator, hp: HParams) -> None:
+    """Saves the model as training would before its first step: variables initialised (from
+    the init checkpoint when there is one), optimizer slots included, as step 0.
+
+    This is `t2t-train --train_steps=0`: a model_dir that eval, decode and export use, and
+    that a later t2t-train resumes, without a step of training.
+    """
+    with tf.Graph().as_default():
+        batch = inputs.batch_size(hp)
+        features = {
+            "inputs": tf.zeros([batch, int(hp.inputs_length)], tf.int32),
+            "targets": tf.zeros([batch, int(hp.targets_length)], tf.int32),
+        }
+        spec = estimator.model_fn(features, None, ModeKeys.TRAIN, estimator.config)
+        config = tf1.ConfigProto()
+        config.CopyFrom(estimator.config.session_config)
+        with tf1.train.MonitoredTrainingSession(
+            scaffold=spec.scaffold, chief_only_hooks=spec.training_chief_hooks, config=config
+        ):
+            pass  # the checkpoint saver hook saves step 0 once the session is made
