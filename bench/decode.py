@@ -137,13 +137,13 @@ def token_names(ct2_dir: Path, batches: list[list[list[int]]]) -> list[str]:
 
 def inputs_random(n: int, words: int, seed: int) -> list[str]:
     rng = random.Random(seed)
-    with open(REPO / "examples" / "data" / "quora" / "train.csv", encoding="utf-8", newline="") as f:
+    with open(REPO / "problems" / "data" / "quora" / "train.csv", encoding="utf-8", newline="") as f:
         vocabulary = sorted({w for row in csv.DictReader(f) for w in row["question1"].lower().split() if w.isalpha()})
     return [" ".join(rng.choice(vocabulary) for _ in range(words)) for _ in range(n)]
 
 
 def inputs_translation(n: int) -> list[str]:
-    with open(REPO / "examples" / "data" / "translate_en_es.csv", encoding="utf-8", newline="") as f:
+    with open(REPO / "problems" / "data" / "translate_en_es.csv", encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
     return ["translate English to Spanish: " + r["english"] for r in rows[:n]]
 

@@ -1,4 +1,4 @@
-"""Build the small public-domain sample datasets in ``examples/data``.
+"""Build the small public-domain sample datasets in ``problems/data``.
 
 The examples need data that is small enough to keep in the repository, free
 to redistribute, and shaped like the real datasets the toolkit is used on.
@@ -467,7 +467,7 @@ Rebuild (deterministic):
 
 ```
 apt-get install sword-text-kjv sword-text-sparv sword-text-web
-python examples/build_sample_data.py --sword_path /usr/share/sword --out_dir examples/data
+python examples/build_sample_data.py --sword_path /usr/share/sword --out_dir problems/data
 ```
 """
     (out_dir / "README.md").write_text(text, encoding="utf-8")
@@ -484,7 +484,7 @@ def parse_args() -> argparse.Namespace:
         "--out_dir",
         type=Path,
         default=DEFAULT_OUT_DIR,
-        help="where to write the files (default: examples/data)",
+        help="where to write the files (default: problems/data)",
     )
     return parser.parse_args()
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole t2tcli pipeline on the public-domain data shipped in examples/data:
+# The whole t2tcli pipeline on the public-domain data shipped in problems/data:
 # question pairs (duplicate detection + paraphrase, as one mixture) and English -> Spanish
 # Bible verses. Every step is a command you would type; copy it and change the variables.
 #

@@ -20,7 +20,7 @@ import json
 import os
 from pathlib import Path
 
-SAMPLE = Path(__file__).resolve().parent / "data" / "quora" / "train.csv"
+SAMPLE = Path(__file__).resolve().parent.parent / "problems" / "data" / "quora" / "train.csv"
 SENTINELS = 100
 
 

@@ -2,7 +2,7 @@
 
 Reads `train.csv` (id,qid1,qid2,question1,question2,is_duplicate) and, when it is there,
 `test.csv` (test_id,question1,question2, unlabeled) from --tmp_dir, or the small
-stand-in shipped in examples/data/quora. Questions are lowercased and stripped of
+stand-in shipped in problems/data/quora. Questions are lowercased and stripped of
 double quotes, with whitespace (newlines inside a question too) squashed, as T5 users do.
 A t2t-decode line is `question1<TAB>question2` (paraphrase: `question1`).
 """
@@ -13,11 +13,11 @@ from typing import Any
 
 from t2tcli.io import fs
 from t2tcli.problem import Mixture, Text2TextProblem, VocabSpec, by_examples
-from t2tcli.registry import REPO_ROOT, register_mixture, register_problem
-from t2tcli.sources import CsvSource, raw_dir
+from t2tcli.registry import register_mixture, register_problem
+from t2tcli.sources import CsvSource, raw_dir, shipped_data
 from t2tcli.text import choice, squash_spaces
 
-SHIPPED = REPO_ROOT / "examples" / "data" / "quora"
+SHIPPED = shipped_data(__package__, "data", "quora")
 QP_VOCAB = VocabSpec(name="qp", size=8000, user_defined_symbols=("<SEP>",))
 
 

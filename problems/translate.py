@@ -5,17 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from t2tcli.problem import Text2TextProblem, VocabSpec
-from t2tcli.registry import REPO_ROOT, register_problem
-from t2tcli.sources import CsvSource, raw_dir
+from t2tcli.registry import register_problem
+from t2tcli.sources import CsvSource, raw_dir, shipped_data
 from t2tcli.text import squash_spaces
 
-SHIPPED = REPO_ROOT / "examples" / "data"
+SHIPPED = shipped_data(__package__, "data")
 PREFIX = "translate English to Spanish: "
 
 
 @register_problem("translate_en_es")
 class TranslateEnEs(Text2TextProblem):
-    """Reads translate_en_es.csv (id,book,chapter,verse,english,spanish) from --tmp_dir or examples/data."""
+    """Reads translate_en_es.csv (id,book,chapter,verse,english,spanish) from --tmp_dir or problems/data."""
 
     vocab = VocabSpec(name="translate_en_es", size=8000)
     metrics = ("bleu",)

@@ -3,9 +3,11 @@
 The package is laid out as the pipeline it runs; each subpackage has one concern and
 imports only the layers below it (tests/test_layout.py holds the rule):
 
-    core       errors, compat (pins and shims), registry, hparams, interrupts
+    core       errors, compat (pins and shims), hparams, interrupts, progress
     io         the one file layer: fs (any TensorFlow file system), atomic outputs, locks,
-               output checks, text files
+               output checks, text files; and the registry, which reads user code through it
+    builtin    the built-in problems and hparams sets (the repository's top-level problems/
+               and hparams/, installed here); they import only the public names below
     data       sources, preprocessing, vocabulary, the data_dir layout, datagen stages and
                their local and Beam runners, the tf.data input pipeline
     model      the Bitransformer's graph, hparams -> gin, mesh, dtype policy, weight names,

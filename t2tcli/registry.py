@@ -1,12 +1,17 @@
 """The one registry of problems, mixtures and hparams sets shared by every binary.
 
-Built-in `problems/` and `hparams/` are imported through `import_usr_dir`, exactly
-like a user's `--usr_dir`, so user code has no second-class path.
+Built-ins are the installed packages `t2tcli.builtin.problems` / `.hparams` (the
+repository's top-level `problems/` and `hparams/`), so a wheel installed anywhere carries
+them. User code comes in through `import_usr_dir` from a local or remote directory, and
+registers through the same decorators, so it has no second-class path.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import hashlib
+import importlib
 import importlib.util
 import re
 import shutil
@@ -18,17 +23,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from t2tcli.errors import UserError, did_you_mean
+from t2tcli.io import fs
 
 T = TypeVar("T")
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-BUILTIN_DIRS = (REPO_ROOT / "problems", REPO_ROOT / "hparams")
+BUILTIN_PACKAGES = ("t2tcli.builtin.problems", "t2tcli.builtin.hparams")
 
 _PROBLEMS: dict[str, type] = {}
 _MIXTURES: dict[str, type] = {}
 _HPARAMS: dict[str, Callable[[], Any]] = {}
 _KINDS = {"problem": _PROBLEMS, "mixture": _MIXTURES, "hparams set": _HPARAMS}
-_IMPORTED_DIRS: set[Path] = set()
+# The user code imported so far: resolved local paths, remote URLs as given.
+_IMPORTED_DIRS: set[str] = set()
+_builtins_loaded = False
 
 
 def snake_case(name: str) -> str:
@@ -85,7 +92,7 @@ def _lookup(table: dict[str, Any], kind: str, name: str, extra: dict[str, Any] |
         return extra[name]
     names = list(table) + list(extra or {})
     hint = did_you_mean(name, names) or "; run with --registry_help to list them"
-    if not any(path not in BUILTIN_DIRS for path in _IMPORTED_DIRS):
+    if not _IMPORTED_DIRS:
         hint += "; one defined in your own code needs --usr_dir=DIR"
     raise UserError(f"unknown {kind} '{name}'{hint}")
 
@@ -145,83 +152,122 @@ def registry_help() -> str:
 
 
 def load_builtins() -> None:
-    for path in BUILTIN_DIRS:
-        if path.is_dir():
-            import_usr_dir(str(path))
+    """Imports the built-in packages once; their decorators fill the tables."""
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    _builtins_loaded = True
+    for package in BUILTIN_PACKAGES:
+        importlib.import_module(package)
 
 
 # A file or directory of user code as a process elsewhere needs it to import it:
-# (its absolute path, ((path relative to it, bytes), ...)); a file's one path is "".
+# (its path or URL as given, ((path relative to it, bytes), ...)); a file's one path is "".
 CodeBundle = tuple[str, tuple[tuple[str, bytes], ...]]
 
 
-def code_bundles(usr_dirs: list[str]) -> tuple[CodeBundle, ...]:
-    """The built-in directories and `usr_dirs` with their Python sources.
+def _key(usr_dir: str) -> str:
+    """One spelling per place: a resolved local path, or the URL without its trailing slash."""
+    return usr_dir.rstrip("/") if fs.is_remote(usr_dir) else str(Path(usr_dir).expanduser().resolve())
 
-    A Beam worker runs the problem's own code, but on a cluster only t2tcli is
-    installed: the sources travel with the job, so neither the built-in problems nor
-    --usr_dir code has to be packaged or copied to the workers by hand.
+
+def _bundle(usr_dir: str) -> CodeBundle:
+    """The Python sources of the file or directory `usr_dir`, local or remote."""
+    path = _key(usr_dir)
+    if not fs.exists(path):
+        raise UserError(f"--usr_dir={usr_dir}: no such file or directory")
+    if not fs.isdir(path):
+        return path, (("", fs.read_bytes(path)),)
+    return path, tuple((rel, fs.read_bytes(f"{path}/{rel}")) for rel in fs.files_under(path, ".py"))
+
+
+def code_bundles(usr_dirs: list[str]) -> tuple[CodeBundle, ...]:
+    """The `usr_dirs` with their Python sources.
+
+    A Beam worker runs the problem's own code, but on a cluster only t2tcli (with its
+    built-ins) is installed: --usr_dir code travels with the job, so it has to be neither
+    packaged nor copied to the workers by hand.
     """
-    out: list[CodeBundle] = []
-    for d in [*BUILTIN_DIRS, *(Path(u).expanduser().resolve() for u in usr_dirs)]:
-        if d.is_file():
-            out.append((str(d), (("", d.read_bytes()),)))
-        elif d.is_dir():
-            hidden = (".", "__pycache__")
-            files = sorted(f for f in d.rglob("*.py") if not any(p.startswith(hidden) for p in f.relative_to(d).parts))
-            out.append((str(d), tuple((str(f.relative_to(d)), f.read_bytes()) for f in files)))
-    return tuple(out)
+    return tuple(_bundle(u) for u in usr_dirs)
 
 
 def import_code_bundles(bundles: tuple[CodeBundle, ...], scratch: str) -> None:
     """Imports each bundle from its original path where this machine has it (the
     launcher's own machine, a shared file system), else from a copy written under `scratch`."""
-    for path, files in bundles:
-        if Path(path).exists():
+    for bundle in bundles:
+        path = bundle[0]
+        if not fs.is_remote(path) and Path(path).exists():
             import_usr_dir(path)
-            continue
-        digest = hashlib.sha1(repr((path, files)).encode()).hexdigest()[:12]
-        home = Path(scratch) / f"t2t_code_{digest}"
-        if not home.exists():
-            # Written aside and renamed: worker threads of one machine may race here.
-            staging = Path(tempfile.mkdtemp(prefix=".t2t_code_", dir=scratch))
-            for rel, data in files:
-                target = staging / Path(path).name / rel if rel else staging / Path(path).name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
-            try:
-                staging.rename(home)
-            except OSError:  # another thread got there first
-                shutil.rmtree(staging, ignore_errors=True)
-        import_usr_dir(str(home / Path(path).name))
+        else:
+            _import_copy(bundle, scratch)
+
+
+def _import_copy(bundle: CodeBundle, scratch: str) -> None:
+    """Writes a bundle into a local directory named by its content and imports it from there."""
+    path, files = bundle
+    if path in _IMPORTED_DIRS:
+        return
+    name = path.rstrip("/").rsplit("/", 1)[-1] or "usr_dir"
+    digest = hashlib.sha1(repr((path, files)).encode()).hexdigest()[:12]
+    home = Path(scratch) / f"t2t_code_{digest}"
+    if not home.exists():
+        # Written aside and renamed: worker threads of one machine may race here.
+        staging = Path(tempfile.mkdtemp(prefix=".t2t_code_", dir=scratch))
+        for rel, data in files:
+            target = staging / name / rel if rel else staging / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        try:
+            staging.rename(home)
+        except OSError:  # another thread got there first
+            shutil.rmtree(staging, ignore_errors=True)
+    _import_local(home / name, path)
+
+
+@functools.cache
+def _private_scratch() -> str:
+    """This process's own directory (mode 0700) for copies of remote user code: a shared,
+    predictable one would let another local user plant code under the name it gets."""
+    scratch = tempfile.mkdtemp(prefix="t2t-usr-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    return scratch
 
 
 def imported(usr_dir: str) -> bool:
     """Whether the code at `usr_dir` (any spelling of its path) is imported already."""
-    return Path(usr_dir).expanduser().resolve() in _IMPORTED_DIRS
+    return _key(usr_dir) in _IMPORTED_DIRS
 
 
 def import_usr_dir(usr_dir: str) -> None:
-    """Imports a directory of user code so its decorators register problems / hparams.
+    """Imports a file or directory of user code so its decorators register problems / hparams.
 
     A directory with `__init__.py` is imported as a package (relative imports work);
-    otherwise every `*.py` in it is imported, in name order. Importing the same
-    directory twice is a no-op. A failure inside user code is re-raised as a UserError
-    naming the user's file and line.
+    otherwise every `*.py` in it is imported, in name order. A remote directory (gs://...)
+    is copied into a local temporary directory first. Importing the same place twice is a
+    no-op. A failure inside user code is re-raised as a UserError naming the user's file
+    and line.
     """
-    path = Path(usr_dir).expanduser().resolve()
-    if path in _IMPORTED_DIRS:
+    key = _key(usr_dir)
+    if key in _IMPORTED_DIRS:
         return
-    if not path.exists():
+    if fs.is_remote(key):
+        _import_copy(_bundle(usr_dir), _private_scratch())
+        return
+    if not Path(key).exists():
         raise UserError(f"--usr_dir={usr_dir}: no such directory")
-    _IMPORTED_DIRS.add(path)
+    _import_local(Path(key), key)
+
+
+def _import_local(path: Path, key: str) -> None:
+    """Imports the user code at local `path`, recorded as imported from `key`."""
+    _IMPORTED_DIRS.add(key)
     if path.is_file():
         files = [path]
         package_init = None
     else:
         package_init = path / "__init__.py"
         files = [package_init] if package_init.exists() else sorted(path.glob("*.py"))
-    tag = hashlib.sha1(str(path).encode()).hexdigest()[:8]
+    tag = hashlib.sha1(key.encode()).hexdigest()[:8]
     for file in files:
         is_pkg = file == package_init
         stem = path.name if is_pkg else file.stem
@@ -235,12 +281,15 @@ def import_usr_dir(usr_dir: str) -> None:
         try:
             spec.loader.exec_module(module)
         except UserError:
-            _IMPORTED_DIRS.discard(path)
+            _IMPORTED_DIRS.discard(key)
             raise
         except Exception as exc:  # noqa: BLE001 - reported with the user's file and line
-            _IMPORTED_DIRS.discard(path)
+            _IMPORTED_DIRS.discard(key)
             sys.modules.pop(module_name, None)
-            raise UserError(f"error in user code {_user_frame(exc, path)}: {type(exc).__name__}: {exc}") from exc
+            where = _user_frame(exc, path)
+            if key != str(path):  # a copy: name the place the user knows
+                where = where.replace(str(path), key, 1)
+            raise UserError(f"error in user code {where}: {type(exc).__name__}: {exc}") from exc
 
 
 def _user_frame(exc: BaseException, root: Path) -> str:

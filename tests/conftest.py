@@ -38,8 +38,10 @@ def run_binary(
     stdin: str | None = None,
     timeout: float = 900,
     env: dict[str, str] | None = None,
+    cwd: str | os.PathLike | None = None,
 ) -> subprocess.CompletedProcess:
-    """Runs bin/<name> with `args` in a fresh Python process; returns the completed process."""
+    """Runs bin/<name> with `args` in a fresh Python process (in `cwd`, default this one's);
+    returns the completed process."""
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     proc = subprocess.run(
         [sys.executable, str(REPO / "bin" / name), *args],
@@ -48,6 +50,7 @@ def run_binary(
         text=True,
         timeout=timeout,
         env=full_env,
+        cwd=cwd,
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"{name} {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")

@@ -277,11 +277,9 @@ def test_a_runner_that_cannot_start_is_one_line(tmp_path, runner, options, fragm
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
 
 
-def test_beam_flags_and_remote_data_dirs_need_a_runner(tmp_path):
+def test_beam_flags_need_a_runner(tmp_path):
     proc = run_binary("t2t-datagen", "--problem=qp_is_duplicate", f"--data_dir={tmp_path}", "--dry_run")
     assert_one_line_error(proc, "--dry_run needs --beam_runner")
-    proc = run_binary("t2t-datagen", "--problem=qp_is_duplicate", "--data_dir=gs://my-bucket/data")
-    assert_one_line_error(proc, "a remote data_dir takes --beam_runner")
 
 
 def test_a_remote_tmp_dir_is_read_whole_test_split_included(tmp_path):
@@ -308,8 +306,8 @@ def test_a_remote_tmp_dir_is_read_whole_test_split_included(tmp_path):
 
 
 def test_a_job_carries_its_problem_code_to_a_worker_that_lacks_it(usr_dir, tmp_path):
-    """On a cluster only t2tcli is installed: the built-in problems and --usr_dir code travel
-    inside the job. A fresh process without either imports them from the job alone."""
+    """On a cluster only t2tcli is installed, its built-in problems with it: --usr_dir code
+    travels inside the job. A fresh process without it imports it from the job alone."""
     import pickle
 
     copied = tmp_path / "usr"
@@ -324,7 +322,6 @@ def test_a_job_carries_its_problem_code_to_a_worker_that_lacks_it(usr_dir, tmp_p
     script = (
         "import pickle, sys\n"
         "from t2tcli import registry\n"
-        "registry.BUILTIN_DIRS = ()\n"
         "registry.import_code_bundles(pickle.load(open(sys.argv[1], 'rb')), sys.argv[2])\n"
         "print(registry.problem('beam_notes').name, registry.problem('qp_all').name,"
         " registry.hparams('mtf_transformer_tiny').d_model)\n"

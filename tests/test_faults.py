@@ -97,7 +97,7 @@ def test_datagen_bad_csv_names_the_line_and_leaves_nothing(tmp_path, content, me
 def test_quora_needs_no_test_csv(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
-    shutil.copy(REPO / "examples" / "data" / "quora" / "train.csv", raw / "train.csv")
+    shutil.copy(REPO / "problems" / "data" / "quora" / "train.csv", raw / "train.csv")
     proc = run_binary("t2t-datagen", "--problem=qp_is_duplicate", f"--tmp_dir={raw}", f"--data_dir={tmp_path / 'out'}")
     assert proc.returncode == 0, proc.stderr
     assert "test" not in proc.stdout.split("->")[1]

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_binary
+from conftest import REPO, run_binary
 
 from t2tcli import registry
 from t2tcli.data import datagen, preprocessing
@@ -202,8 +202,6 @@ def test_every_problem_formats_a_decode_line_as_datagen_formatted_its_record(tmp
 
     import tensorflow_datasets as tfds
 
-    from t2tcli.registry import REPO_ROOT
-
     data = tmp_path / "data"
     for name in ("copy_sequence", "reverse_sequence", "qp_all", "translate_en_es"):
         datagen.generate(registry.problem(name), datagen.Options(data_dir=str(data)))
@@ -214,10 +212,10 @@ def test_every_problem_formats_a_decode_line_as_datagen_formatted_its_record(tmp
         datagen.generate(registry.problem("glue_qqp"), datagen.Options(data_dir=str(data)))
         assert _encodes_as_datagen("glue_qqp", data, None) > 0
     # The shipped user problems, on raw files made from the shipped translation data.
-    registry.import_usr_dir(str(REPO_ROOT / "examples" / "usr_dir"))
+    registry.import_usr_dir(str(REPO / "examples" / "usr_dir"))
     raw = tmp_path / "raw"
     raw.mkdir()
-    with open(REPO_ROOT / "examples" / "data" / "translate_en_es.csv", encoding="utf-8") as f:
+    with open(REPO / "problems" / "data" / "translate_en_es.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))[:600]
     with open(raw / "passages.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)

@@ -122,8 +122,8 @@ def test_translate_en_es_reads_tmp_dir(tmp_path):
 
 def test_translate_falls_back_to_shipped_data():
     source = registry.problem("translate_en_es").source(None)
-    assert source.path.endswith("examples/data/translate_en_es.csv")
-    assert registry.problem("qp_is_duplicate").source(None)["train"].path.endswith("examples/data/quora/train.csv")
+    assert source.path.endswith("problems/data/translate_en_es.csv")
+    assert registry.problem("qp_is_duplicate").source(None)["train"].path.endswith("problems/data/quora/train.csv")
 
 
 def test_glue_qqp_from_mocked_tfds(tmp_path):

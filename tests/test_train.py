@@ -237,3 +237,16 @@ def test_a_resume_may_change_the_activation_dtype_and_nothing_else():
     assert resumed("activation_dtype=auto").activation_dtype == "auto"
     with pytest.raises(UserError, match=r"different hparams \(d_model\)"):
         resumed("d_model=32,activation_dtype=auto")
+
+
+def test_a_tpu_that_cannot_be_reached_is_one_line_before_anything_is_written(data, tmp_path):
+    """Off Google Cloud (here: no network), naming a TPU stops the trainer at once."""
+    model_dir = tmp_path / "run"
+    proc = train(data, model_dir, "--tpu=no-such-tpu", "--tpu_zone=us-central1-b", "--gcp_project=nobody", check=False)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "t2t-train: error: --tpu=no-such-tpu (tpu_zone=us-central1-b, gcp_project=nobody): no TPU reachable"
+    ), last
+    assert "Traceback" not in proc.stderr
+    assert not model_dir.exists()

@@ -11,6 +11,7 @@ import logging as stdlib_logging
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Callable
 
 from absl import app, logging
@@ -83,7 +84,31 @@ def run(main: Callable[[], None]) -> None:
             where = f"{exc.filename}: " if exc.filename else ""
             fail(f"{where}{exc.strerror or exc}")
 
-    app.run(wrapped, flags_parser=_parse_flags)
+    try:
+        app.run(wrapped, flags_parser=_parse_flags)
+    except SystemExit as exc:
+        _end_before_plugin_teardown(exc.code)
+        raise
+    except BaseException:
+        if "tensorflow_io" in sys.modules:
+            traceback.print_exc()
+            _end_before_plugin_teardown(1)
+        raise
+
+
+def _end_before_plugin_teardown(code: int | str | None) -> None:
+    """Ends the process here, output flushed, once tensorflow-io's file systems (s3://...)
+    are loaded: tensorflow-io 0.36 (the release for TensorFlow 2.15) aborts the interpreter's
+    own teardown after any use of them ("pure virtual method called", exit 134), which would
+    turn every successful run into a failed one."""
+    if "tensorflow_io" not in sys.modules:
+        return
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+    logging.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
 def hparams_help() -> str:

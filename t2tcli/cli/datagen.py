@@ -55,7 +55,8 @@ def main() -> None:
         raise UserError(f"--chunk_rows={FLAGS.chunk_rows}: must be at least 1")
     if FLAGS.vocab_extra_ids is not None and (FLAGS.vocab_extra_ids < 0 or not FLAGS.vocab_from):
         raise UserError("--vocab_extra_ids takes a count of 0 or more, with --vocab_from")
-    preflight.check_output_dir(FLAGS.data_dir, "data_dir")
+    if not FLAGS.dry_run:  # a dry run builds the job offline, touching no store
+        preflight.check_output_dir(FLAGS.data_dir, "data_dir")
     problem = registry.problem(FLAGS.problem)
     from t2tcli.data import datagen
 

@@ -24,7 +24,6 @@ from t2tcli.data.options import Options
 from t2tcli.data.plan import holding, plan, remove_outputs
 from t2tcli.data.problem import Problem
 from t2tcli.data.stages import split_records, tuned_for_batches
-from t2tcli.errors import UserError
 from t2tcli.io import fs
 
 __all__ = ["Options", "generate", "split_records"]
@@ -32,11 +31,6 @@ __all__ = ["Options", "generate", "split_records"]
 
 def generate(problem: Problem, options: Options) -> list[str]:
     """Generates every component of `problem` that is not complete; returns summary lines."""
-    if fs.is_remote(options.data_dir):
-        raise UserError(
-            f"--data_dir={options.data_dir}: the local run writes local files; a remote data_dir takes "
-            "--beam_runner (FnApiRunner runs the pipeline in this process)"
-        )
     with holding(problem, options.data_dir):
         work = plan(problem, options)
         for task in work.pending + work.complete:  # what a killed run left, complete components' too

@@ -12,6 +12,7 @@ import glob
 import hashlib
 import json
 import os
+import tempfile
 from typing import Any
 
 from t2tcli import registry
@@ -45,7 +46,16 @@ def shard_files(data_dir: str, problem_name: str, split: str = "*") -> list[str]
 
 
 def work_dir(data_dir: str, problem_name: str) -> str:
-    """The local run's scratch directory of one problem (spool and shard buckets)."""
+    """The local run's scratch directory of one problem (spool and shard buckets).
+
+    It is always on the local disk: its files are appended to in small pieces and read
+    back, which object stores do not do, and only the finished shards need to reach a
+    remote data_dir. For a local data_dir it lies inside it (one file system, so renames
+    stay cheap and a killed run's leftovers stay where the next run clears them).
+    """
+    if fs.is_remote(data_dir):
+        where = hashlib.sha1(data_dir.rstrip("/").encode()).hexdigest()[:16]
+        return os.path.join(tempfile.gettempdir(), f"t2tcli-datagen-{where}", f".{problem_name}.work")
     return os.path.join(data_dir, f".{problem_name}.work")
 
 

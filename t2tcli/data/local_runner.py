@@ -3,7 +3,7 @@
 Pass 1 (`read_task`) streams each source through the shared stages into a spool, or, when
 the vocabulary exists already, straight into the shard writer; the vocabulary is made
 between the passes; pass 2 (`write_task`) encodes the spool into shards and the meta file.
-Work directories are local scratch inside data_dir, removed whatever happens. Imports only
+Work directories are local scratch (`layout.work_dir`), removed whatever happens. Imports only
 core, io and data's layout, options, plan, spool, stages, stats, vocab_sources and writer.
 """
 

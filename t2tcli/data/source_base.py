@@ -10,6 +10,7 @@ the train/dev split and the shard by hashing. Imports only core.
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -76,8 +77,20 @@ class Source:
         raise NotImplementedError
 
 
+def shipped_data(package: str, *parts: str) -> str:
+    """The path of data that `package` ships inside itself, as `raw_dir`'s fallback.
+
+    Found through the installed package (importlib.resources), so a wheel installed
+    anywhere reads its own copy, never a checkout's.
+    """
+    found = importlib.resources.files(package).joinpath(*parts)
+    if not isinstance(found, os.PathLike) or not os.path.exists(found):
+        raise UserError(f"{package} has no data at {'/'.join(parts)} on a disk (a zipped install?): pass --tmp_dir")
+    return os.fspath(found)
+
+
 def raw_dir(tmp_dir: str | None, fallback: str | os.PathLike | None = None) -> str:
-    """`--tmp_dir` when given, else `fallback` (e.g. data shipped in the checkout)."""
+    """`--tmp_dir` when given, else `fallback` (e.g. data a problem ships, `shipped_data`)."""
     if tmp_dir:
         return str(tmp_dir)
     if fallback is None:

@@ -6,7 +6,7 @@ this module names them all in one place, where problems and datagen import them.
 
 from t2tcli.data.dataset_sources import GeneratedSource, TfdsSource
 from t2tcli.data.file_sources import CsvSource, JsonlSource, TsvSource, expand, file_fingerprint
-from t2tcli.data.source_base import DEFAULT_CHUNK_ROWS, Chunk, ReadOptions, Source, raw_dir
+from t2tcli.data.source_base import DEFAULT_CHUNK_ROWS, Chunk, ReadOptions, Source, raw_dir, shipped_data
 
 __all__ = [
     "DEFAULT_CHUNK_ROWS",
@@ -21,4 +21,5 @@ __all__ = [
     "expand",
     "file_fingerprint",
     "raw_dir",
+    "shipped_data",
 ]

@@ -120,14 +120,14 @@ def export(
     )
     inputs_length = int(model.hparams.inputs_length)
     fs.makedirs(export_dir)
-    before = set(fs.listdir(export_dir))
+    before = set(fs.names_in(export_dir))
     try:
         with checkpoints.readable(checkpoint_path):
             path = estimator.export_saved_model(
                 export_dir, serving_input_fn(proto, batch_size, inputs_length), checkpoint_path=checkpoint_path
             )
     except BaseException:
-        for name in set(fs.listdir(export_dir)) - before:  # the half-written temp-<timestamp> directory
+        for name in set(fs.names_in(export_dir)) - before:  # the half-written temp-<timestamp> directory
             fs.rmtree(os.path.join(export_dir, name))
         raise
     path = path.decode() if isinstance(path, bytes) else path

@@ -11,6 +11,8 @@ writes.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -27,7 +29,7 @@ from t2tcli.data.hf_vocab import CONFIG, SPIECE, TOKENIZER_CONFIG
 from t2tcli.data.hf_vocab import is_model_dir as is_model_dir  # the directory test is data's: callers ask here
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
-from t2tcli.io import fs
+from t2tcli.io import atomic, fs
 from t2tcli.model.weight_names import (
     GLOBAL_STEP,
     LOGITS,
@@ -175,8 +177,7 @@ def _torch_tensors(path: str) -> dict[str, np.ndarray]:
             f"{path}: reading pytorch_model.bin needs torch (pip install torch), or a directory with "
             f"{SAFETENSORS} instead"
         ) from None
-    with fs.open_file(path, "rb") as f:
-        state = torch.load(f, map_location="cpu", weights_only=True)
+    state = torch.load(io.BytesIO(fs.read_bytes(path)), map_location="cpu", weights_only=True)
     return {k: v.float().numpy() for k, v in state.items()}
 
 
@@ -288,9 +289,9 @@ def export(
 
     `values` are the model's weights under mesh names (e.g. read from a checkpoint). The
     directory is assembled beside export_dir and renamed into place, so export_dir is
-    either complete or absent.
+    either complete or absent; on a remote file system, see `_write_remote`.
     """
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
     if hp.ffn_activation not in _TO_HF_ACTIVATION:
         raise UserError(
@@ -339,22 +340,46 @@ def export(
         "pad_token": "<pad>",
         "model_max_length": int(hp.inputs_length),
     }
+    files = {
+        SAFETENSORS: save(tensors, metadata={"format": "pt"}),
+        TOKENIZER_CONFIG: _json_bytes(tokenizer_config),
+        SPIECE: spiece,
+        CONFIG: _json_bytes(config),  # last: loaders look for it first
+    }
+    if fs.is_remote(export_dir):
+        _write_remote(files, export_dir)
+        return
     parent = os.path.dirname(os.path.abspath(export_dir))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(export_dir)}.", dir=parent)
     try:
-        save_file(tensors, os.path.join(staging, SAFETENSORS), metadata={"format": "pt"})
-        for name, content in ((CONFIG, config), (TOKENIZER_CONFIG, tokenizer_config)):
-            with open(os.path.join(staging, name), "w", encoding="utf-8") as f:
-                json.dump(content, f, indent=2, sort_keys=True)
-                f.write("\n")
-        with open(os.path.join(staging, SPIECE), "wb") as f:
-            f.write(spiece)
+        for name, data in files.items():
+            with open(os.path.join(staging, name), "wb") as f:
+                f.write(data)
         if os.path.isdir(export_dir):
             os.rmdir(export_dir)  # empty, checked above
         os.replace(staging, export_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _json_bytes(content: dict[str, Any]) -> bytes:
+    return (json.dumps(content, indent=2, sort_keys=True) + "\n").encode()
+
+
+def _write_remote(files: dict[str, bytes], export_dir: str) -> None:
+    """Each file whole or absent, config.json last: object stores rename no directories,
+    so a directory that lacks config.json is what an interrupted export leaves, and no
+    loader takes it for a model. A failure removes what was written."""
+    fs.makedirs(export_dir)
+    try:
+        for name, data in files.items():
+            atomic.write_bytes(f"{export_dir.rstrip('/')}/{name}", data)
+    except BaseException:
+        for name in files:
+            with contextlib.suppress(OSError):
+                fs.remove(f"{export_dir.rstrip('/')}/{name}")
         raise
 
 

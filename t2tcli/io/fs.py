@@ -10,11 +10,31 @@ from __future__ import annotations
 import glob as globlib
 import os
 import shutil
+import tempfile
+import uuid
 from typing import IO, Any
 
 
 def is_remote(path: str) -> bool:
     return "://" in path
+
+
+# Schemes TensorFlow itself serves; any other (s3://, hdfs://, az://...) is tensorflow-io's.
+TENSORFLOW_SCHEMES = ("gs", "ram", "file")
+_plugins_loaded = False
+
+
+def load_file_system_plugins(path: str) -> None:
+    """Registers tensorflow-io's file systems (the `s3` extra) the first time a path needs
+    a scheme TensorFlow lacks; before any TensorFlow op reads such a path in this process."""
+    global _plugins_loaded
+    if _plugins_loaded or not is_remote(path) or path.split("://", 1)[0] in TENSORFLOW_SCHEMES:
+        return
+    _plugins_loaded = True
+    try:
+        import tensorflow_io  # noqa: F401 - registers its file systems
+    except ImportError:
+        pass
 
 
 class _Gfile:
@@ -27,10 +47,14 @@ class _Gfile:
         function = getattr(tf.io.gfile, name)
 
         def call(path: str, *args: Any, **kwargs: Any) -> Any:
+            load_file_system_plugins(path)
             try:
                 return function(path, *args, **kwargs)
             except tf.errors.OpError as exc:
                 detail = " ".join(str(exc.message).split())[:300]
+                if isinstance(exc, tf.errors.UnimplementedError) and "scheme" in detail:
+                    scheme = path.split("://", 1)[0]
+                    detail = f"no file system for {scheme}:// here (for s3://, install t2tcli[s3]: tensorflow-io)"
                 raise OSError(f"{path}: {detail}") from None
 
         return call
@@ -40,10 +64,57 @@ def _gfile() -> Any:
     return _Gfile()
 
 
+class _RemoteFile:
+    """A tf.io.gfile.GFile whose reads, writes and close (where an object store uploads,
+    and finds the bucket missing) fail as OSErrors naming the path."""
+
+    def __init__(self, path: str, mode: str) -> None:
+        self._path = path
+        self._file = _gfile().GFile(path, mode)
+
+    def _call(self, name: str, *args: Any) -> Any:
+        from t2tcli.compat import tf
+
+        try:
+            return getattr(self._file, name)(*args)
+        except tf.errors.OpError as exc:
+            raise OSError(f"{self._path}: {' '.join(str(exc.message).split())[:300]}") from None
+
+    def read(self, n: int = -1) -> bytes:
+        return self._call("read", n)
+
+    def readline(self) -> bytes:
+        return self._call("readline")
+
+    def write(self, data: bytes) -> None:
+        self._call("write", data)
+
+    def flush(self) -> None:
+        self._call("flush")
+
+    def seek(self, offset: int, whence: int = 0) -> None:
+        self._call("seek", offset, whence)
+
+    def tell(self) -> int:
+        return self._call("tell")
+
+    def close(self) -> None:
+        self._call("close")
+
+    def __iter__(self) -> Any:
+        return iter(self.readline, b"")
+
+    def __enter__(self) -> _RemoteFile:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
 def open_file(path: str, mode: str = "rb") -> IO[Any]:
     """A file object for `path` in a binary `mode` ("rb", "wb")."""
     if is_remote(path):
-        return _gfile().GFile(path, mode)
+        return _RemoteFile(path, mode)  # type: ignore[return-value]
     return open(path, mode)  # noqa: SIM115 - the caller closes it
 
 
@@ -126,3 +197,35 @@ def glob(pattern: str) -> list[str]:
 def listdir(path: str) -> list[str]:
     """The names in a directory, hidden ones included, sorted."""
     return sorted(_gfile().listdir(path) if is_remote(path) else os.listdir(path))
+
+
+def names_in(directory: str) -> list[str]:
+    """`listdir`, with a directory that is not there as empty: on an object store (s3://)
+    `makedirs` leaves no trace, so a directory exists only once something is in it."""
+    return listdir(directory) if isdir(directory) else []
+
+
+def files_under(directory: str, suffix: str = "") -> list[str]:
+    """Paths relative to `directory` of every file below it ending in `suffix`, sorted;
+    hidden files and directories, and `__pycache__`, are left out."""
+    walk = _gfile().walk if is_remote(directory) else os.walk
+    hidden = (".", "__pycache__")
+    found: list[str] = []
+    for root, dirs, names in walk(directory):
+        dirs[:] = [d.rstrip("/") for d in dirs if not d.startswith(hidden)]
+        rel = (
+            os.path.relpath(root.rstrip("/"), directory.rstrip("/"))
+            if root.rstrip("/") != directory.rstrip("/")
+            else ""
+        )
+        found += [os.path.join(rel, n) for n in names if n.endswith(suffix) and not n.startswith(hidden)]
+    return sorted(found)
+
+
+def mkdtemp(parent: str, prefix: str) -> str:
+    """A new directory in `parent` under a name nobody else gets, local or remote."""
+    if is_remote(parent):
+        path = f"{parent.rstrip('/')}/{prefix}{uuid.uuid4().hex}"
+        _gfile().makedirs(path)
+        return path
+    return tempfile.mkdtemp(prefix=prefix, dir=parent)

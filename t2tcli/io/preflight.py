@@ -10,15 +10,19 @@ from __future__ import annotations
 import os
 
 from t2tcli.errors import UserError
+from t2tcli.io import fs
 
 
 def check_output_dir(path: str, flag: str) -> None:
     """A one-line error when `path` cannot be (or become) a directory this process writes in.
 
     Nothing is created: a run that fails its other checks leaves no directory behind.
-    Remote paths (gs://...) are left to their file system.
+    A remote path (gs://...) is looked up once, so an unreachable store, a bucket that does
+    not exist or missing credentials fail here, naming the path, before any work.
     """
-    if "://" in path:
+    if fs.is_remote(path):
+        if fs.exists(path) and not fs.isdir(path):
+            raise UserError(f"--{flag}={path}: exists and is not a directory")
         return
     if os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"--{flag}={path}: exists and is not a directory")
@@ -33,6 +37,10 @@ def check_output_dir(path: str, flag: str) -> None:
 
 def check_output_file(path: str, flag: str) -> None:
     """A one-line error, before any work, when `path` cannot become an output file."""
+    if fs.is_remote(path):
+        if fs.isdir(path):
+            raise UserError(f"--{flag}={path}: is a directory, expected a file name")
+        return
     directory = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise UserError(f"--{flag}={path}: is a directory, expected a file name")

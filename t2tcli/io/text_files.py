@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import BinaryIO, TextIO
 
 from t2tcli.errors import UserError
-from t2tcli.io import atomic, preflight
+from t2tcli.io import atomic, fs, preflight
 
 _UNESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\"}
 
@@ -53,8 +53,13 @@ def read_lines(path: str, flag: str) -> Iterator[str]:
     if path == "-":
         yield from _lines(sys.stdin.buffer, "<stdin>", flag)
         return
+    if fs.is_remote(path):
+        if not fs.exists(path):
+            raise UserError(f"--{flag}={path}: no such file")
+        if fs.isdir(path):
+            raise UserError(f"--{flag}={path}: is a directory")
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below
+        f = fs.open_file(path, "rb")
     except FileNotFoundError:
         raise UserError(f"--{flag}={path}: no such file") from None
     except IsADirectoryError:
@@ -85,6 +90,8 @@ def rereadable(path: str) -> bool:
     `/dev/stdin` or a process substitution (`<(...)`) yield their lines only once."""
     if path == "-":
         return False
+    if fs.is_remote(path):
+        return fs.isfile(path)
     try:
         return stat.S_ISREG(os.stat(path).st_mode)
     except OSError:
@@ -97,7 +104,7 @@ def count_lines(path: str) -> int | None:
         return None
     n = 0
     last = b"\n"
-    with open(path, "rb") as f:
+    with fs.open_file(path, "rb") as f:
         while chunk := f.read(1 << 20):
             n += chunk.count(b"\n")
             last = chunk[-1:]

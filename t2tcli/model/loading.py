@@ -63,11 +63,11 @@ def _import_recorded_code(model_dir: str, usr_dirs: list[str], trusted: bool) ->
             continue
         if not trusted:
             left.append(usr_dir)
-        elif fs.is_remote(usr_dir) or not os.path.isabs(usr_dir):
+        elif not fs.is_remote(usr_dir) and not os.path.isabs(usr_dir):
             logging.warning(
                 "%s names user code at %s, which is not imported from there: pass --usr_dir", model_dir, usr_dir
             )
-        elif os.path.exists(usr_dir):
+        elif fs.exists(usr_dir):
             logging.warning("importing user code %s, as %s asks (--trust_usr_dir)", usr_dir, model_dir)
             registry.import_usr_dir(usr_dir)
         else:

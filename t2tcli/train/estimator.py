@@ -6,12 +6,14 @@ Imports: core, data, model, train.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from typing import Any
 
 from t2tcli.compat import tf
 from t2tcli.data import inputs
+from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.model import mesh as meshlib
 from t2tcli.train.model_fn import PredictSpec, TrainSettings, make_model_fn
@@ -25,7 +27,7 @@ tf1 = tf.compat.v1
 ModeKeys = tf.estimator.ModeKeys
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class TPUSettings:
     """Where the TPU is and how many steps run on it between host round trips."""
 
@@ -34,6 +36,24 @@ class TPUSettings:
     iterations_per_loop: int = 100
     zone: str | None = None
     gcp_project: str | None = None
+
+
+@functools.cache
+def tpu_resolver(tpu: TPUSettings) -> Any:
+    """The TPU's cluster resolver, asked for its address once; a TPU that cannot be reached
+    (no such name, no network, no credentials, another zone) is one line naming it, before
+    anything is written."""
+    try:
+        resolver = tf1.distribute.cluster_resolver.TPUClusterResolver(tpu.tpu, zone=tpu.zone, project=tpu.gcp_project)
+        resolver.master()
+    except Exception as exc:  # noqa: BLE001 - the Cloud TPU client raises many kinds
+        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        where = ", ".join(f"{k}={v}" for k, v in (("tpu_zone", tpu.zone), ("gcp_project", tpu.gcp_project)) if v)
+        raise UserError(
+            f"--tpu={tpu.tpu}{f' ({where})' if where else ''}: no TPU reachable ({detail}); run on a Cloud VM "
+            "that can reach it, with --tpu_zone / --gcp_project where the TPU is not in the VM's own"
+        ) from None
+    return resolver
 
 
 def session_config(hp: HParams) -> tf1.ConfigProto:
@@ -88,9 +108,8 @@ def build_estimator(
         return tf.estimator.Estimator(model_fn=model_fn, config=config, params=dict(params or {}))
     if tpu.tpu_topology:
         meshlib.check_tpu(spec, tpu.tpu_topology)
-    resolver = tf1.distribute.cluster_resolver.TPUClusterResolver(tpu.tpu, zone=tpu.zone, project=tpu.gcp_project)
     config = tpu_config_lib.RunConfig(
-        cluster=resolver,
+        cluster=tpu_resolver(tpu),
         tpu_config=tpu_config_lib.TPUConfig(
             num_shards=spec.size,
             iterations_per_loop=tpu.iterations_per_loop,

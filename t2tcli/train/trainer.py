@@ -13,9 +13,7 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 import signal
-import tempfile
 from typing import Any
 
 from absl import logging
@@ -186,6 +184,8 @@ def run(cfg: TrainConfig) -> int:
     if cfg.tpu and cfg.tpu_topology:
         meshlib.check_tpu(spec, cfg.tpu_topology)
     graph.validate(hp, vocab_size, use_tpu=bool(cfg.tpu))
+    if cfg.tpu:
+        estimator_lib.tpu_resolver(_tpu_settings(cfg))
     step = checkpoints.latest_step(cfg.model_dir)
     pretrained_values = init_checkpoint.check(cfg.init_checkpoint, pretrained, hp, vocab_size, step)
 
@@ -225,6 +225,18 @@ def run(cfg: TrainConfig) -> int:
             ) from None
 
 
+def _tpu_settings(cfg: TrainConfig) -> estimator_lib.TPUSettings | None:
+    if not cfg.tpu:
+        return None
+    return estimator_lib.TPUSettings(
+        tpu=cfg.tpu,
+        tpu_topology=cfg.tpu_topology,
+        iterations_per_loop=cfg.iterations_per_loop,
+        zone=cfg.tpu_zone or None,
+        gcp_project=cfg.gcp_project or None,
+    )
+
+
 def _writes_checkpoints() -> bool:
     """Whether this task writes the model_dir: the only one, or a cluster's chief (its
     workers and parameter servers share the chief's model_dir and run)."""
@@ -257,8 +269,9 @@ def _train(
     try:
         init = cfg.init_checkpoint
         if pretrained_values is not None:
-            converted = tempfile.mkdtemp(prefix=".pretrained.", dir=cfg.model_dir)
-            init = os.path.join(converted, "model.ckpt")
+            # Inside model_dir, which a TPU's workers read: on GCS when training runs there.
+            converted = fs.mkdtemp(cfg.model_dir, ".pretrained.")
+            init = f"{converted}/model.ckpt"
             checkpoints.write_checkpoint(pretrained_values, init)
             del pretrained_values
         elif pretrained is not None:
@@ -278,15 +291,7 @@ def _train(
                 progress=cfg.progress,
                 random_seed=cfg.random_seed,
             ),
-            tpu=estimator_lib.TPUSettings(
-                tpu=cfg.tpu,
-                tpu_topology=cfg.tpu_topology,
-                iterations_per_loop=cfg.iterations_per_loop,
-                zone=cfg.tpu_zone or None,
-                gcp_project=cfg.gcp_project or None,
-            )
-            if cfg.tpu
-            else None,
+            tpu=_tpu_settings(cfg),
         )
         if cfg.train_steps == 0:
             estimator_lib.write_initial_checkpoint(estimator, hp)
@@ -317,7 +322,8 @@ def _train(
         return reached
     finally:
         if converted is not None:
-            shutil.rmtree(converted, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                fs.rmtree(converted)
 
 
 def _train_and_evaluate(

@@ -1,0 +1,200 @@
+"""Every path a user gives may live on a remote file system: data, model, raw input, user
+code, decode input and output, initial checkpoints, exports.
+
+The whole pipeline runs in separate processes, as a user runs it, with nothing but URLs:
+- `file://` is TensorFlow's own scheme for the local disk, so every remote code path runs
+  (nothing under `os`), in the default suite;
+- `s3://` against a local S3 server (see `remote_server.py`), a real object store with its
+  semantics (no directories, no renames, HTTP errors), in the slow suite.
+In-process `ram://` tests (TensorFlow's memory file system) cover single functions.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import json
+from pathlib import Path
+
+import pytest
+from conftest import REPO, require_extra, run_binary
+from remote_server import FileStore, S3Store, free_port, s3_env, s3_server
+
+from t2tcli import registry
+from t2tcli.data import datagen, layout
+from t2tcli.io import fs
+
+USR_CODE = '''
+from t2tcli.registry import register_hparams
+from t2tcli.builtin.hparams.transformer import mtf_transformer_tiny
+
+
+@register_hparams
+def remote_tiny():
+    """mtf_transformer_tiny, registered by code read from the remote store."""
+    hp = mtf_transformer_tiny()
+    hp.activation_dtype = "float32"
+    return hp
+'''
+
+
+def _write(url: str, text: str) -> None:
+    """In-process writes: ram:// only (see remote_server.py for why not s3://)."""
+    fs.makedirs(url.rsplit("/", 1)[0])
+    with fs.open_file(url, "wb") as f:
+        f.write(text.encode())
+
+
+def _quora_sample(rows: int) -> bytes:
+    with open(REPO / "problems" / "data" / "quora" / "train.csv", encoding="utf-8", newline="") as f:
+        reader = csv.reader(f)
+        lines = [next(reader)] + [row for _, row in zip(range(rows), reader, strict=False)]
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(lines)
+    return out.getvalue().encode()
+
+
+def run_pipeline(store: FileStore | S3Store, here: Path) -> None:
+    """datagen (generated and raw-file problems) -> train with remote user code -> eval ->
+    decode -> SavedModel and Hugging Face exports -> averaging -> fine-tuning from the
+    exported directory; each a fresh process run from `here`, which stays empty."""
+    root = store.root
+
+    def ok(binary: str, *args: str) -> str:
+        proc = run_binary(binary, *args, env=store.env, cwd=here)
+        assert proc.returncode == 0, f"{binary} {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+        return proc.stdout
+
+    store.write("usr/remote_sets.py", USR_CODE.encode())
+    store.write("raw/train.csv", _quora_sample(1500))
+    store.write("in.txt", b"3 1 4 1 5\n9 2 6\n")
+    data, run, usr = f"{root}/data", f"{root}/run", f"--usr_dir={root}/usr"
+
+    ok("t2t-datagen", "--problem=copy_sequence", f"--data_dir={data}")
+    ok("t2t-datagen", "--problem=qp_is_duplicate", f"--tmp_dir={root}/raw", f"--data_dir={data}")
+    written = set(store.names("data"))
+    assert {"qp_is_duplicate.meta.json", "vocab.qp.model", "copy_sequence-train-00000-of-00002"} <= written
+    ok(
+        "t2t-train",
+        "--problem=copy_sequence",
+        usr,
+        "--hparams_set=remote_tiny",
+        f"--data_dir={data}",
+        f"--model_dir={run}",
+        "--train_steps=20",
+        "--save_checkpoints_steps=10",
+    )
+    recorded = json.loads(store.read("run/run.json"))
+    assert recorded["data_dir"] == data and recorded["usr_dirs"] == [f"{root}/usr"]
+    assert "model.ckpt-20.index" in store.names("run")
+    ok("t2t-eval", f"--model_dir={run}", usr, "--checkpoint=all")
+    assert any(name.startswith("eval_dev/") for name in store.names("run"))
+    ok("t2t-decode", f"--model_dir={run}", usr, f"--decode_from_file={root}/in.txt", f"--decode_to_file={root}/out.txt")
+    assert len(store.read("out.txt").decode().splitlines()) == 2
+    ok("t2t-export", f"--model_dir={run}", usr, f"--export_dir={root}/export")
+    assert any(name.endswith("/saved_model.pb") for name in store.names("export"))
+    ok("t2t-export", f"--model_dir={run}", usr, "--export_format=hf", f"--export_dir={root}/hf")
+    assert store.names("hf") == ["config.json", "model.safetensors", "spiece.model", "tokenizer_config.json"]
+    ok("t2t-avg-checkpoints", f"--model_dir={run}", usr, "--num_last=2", f"--output_dir={root}/avg")
+    assert "model.ckpt-20.index" in store.names("avg")
+    ok(
+        "t2t-train",
+        "--problem=copy_sequence",
+        f"--init_checkpoint={root}/hf",
+        f"--data_dir={data}",
+        f"--model_dir={root}/tuned",
+        "--train_steps=2",
+    )
+    tuned = store.names("tuned")
+    assert "model.ckpt-2.index" in tuned
+    assert not [n for n in tuned if n.startswith(".pretrained.")], "the converted initial weights are removed"
+    assert list(here.iterdir()) == [], "nothing is written locally in place of a URL"
+
+
+def test_the_pipeline_on_file_urls_never_takes_a_url_for_a_local_path(tmp_path):
+    here = tmp_path / "here"
+    here.mkdir()
+    run_pipeline(FileStore(tmp_path / "store"), here)
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    require_extra("moto")
+    if importlib.util.find_spec("tensorflow_io") is None:  # not imported: this process never opens s3://
+        pytest.fail("tensorflow-io is missing: the tests need the test extra (scripts/install test)", pytrace=False)
+    with s3_server() as endpoint:
+        yield endpoint
+
+
+@pytest.mark.slow
+def test_the_pipeline_on_an_s3_server(s3_endpoint, tmp_path):
+    here = tmp_path / "here"
+    here.mkdir()
+    run_pipeline(S3Store(s3_endpoint, "pipeline"), here)
+
+
+def _assert_one_line_failures(cases: list[tuple[str, ...]], here: Path, env: dict[str, str], named: str) -> None:
+    for args in cases:
+        proc = run_binary(*args, cwd=here, env=env, timeout=300)
+        assert proc.returncode == 1, (args, proc.returncode, proc.stderr[-2000:])
+        last = proc.stderr.strip().splitlines()[-1]
+        assert named in last and "Traceback" not in proc.stderr, (args, proc.stderr[-2000:])
+    assert list(here.iterdir()) == [], "nothing is written locally in place of a URL"
+
+
+def _unreachable_cases(root: str, local_data: Path) -> list[tuple[str, ...]]:
+    if not local_data.exists():  # the trainer reads its data before it writes the model_dir
+        datagen.generate(registry.problem("copy_sequence"), datagen.Options(data_dir=str(local_data)))
+    return [
+        ("t2t-datagen", "--problem=copy_sequence", f"--data_dir={root}/data"),
+        (
+            "t2t-train",
+            "--problem=copy_sequence",
+            "--hparams_set=mtf_transformer_tiny",
+            f"--data_dir={local_data}",
+            f"--model_dir={root}/run",
+        ),
+        ("t2t-eval", f"--model_dir={root}/run"),
+        ("t2t-datagen", f"--usr_dir={root}/code", "--registry_help"),
+    ]
+
+
+def test_a_store_no_file_system_serves_is_one_line_and_nothing_local(tmp_path):
+    here = tmp_path / "here"
+    here.mkdir()
+    _assert_one_line_failures(_unreachable_cases("nosuch://bucket", tmp_path / "data"), here, {}, "nosuch://bucket/")
+
+
+@pytest.mark.slow
+def test_a_missing_bucket_or_a_stopped_server_is_one_line_and_nothing_local(s3_endpoint, tmp_path):
+    here = tmp_path / "here"
+    here.mkdir()
+    missing = _unreachable_cases("s3://no-such-bucket", tmp_path / "data")
+    _assert_one_line_failures(missing, here, s3_env(s3_endpoint), "s3://no-such-bucket/")
+    stopped = s3_env(f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    _assert_one_line_failures(_unreachable_cases("s3://pipeline", tmp_path / "data"), here, stopped, "s3://pipeline/")
+
+
+# The fast, in-process layer: TensorFlow's memory file system.
+
+
+def test_datagen_writes_a_remote_data_dir_through_local_scratch():
+    data = "ram://t2t-remote-datagen/data"
+    datagen.generate(registry.problem("copy_sequence"), datagen.Options(data_dir=data))
+    assert len(layout.shard_files(data, "copy_sequence", "train")) == 2
+    meta = json.loads(fs.read_bytes(layout.meta_path(data, "copy_sequence")))
+    assert meta["splits"]["train"]["examples"] > 0
+    assert not fs.exists(layout.work_dir(data, "copy_sequence")), "the local scratch is removed"
+
+
+def test_user_code_imports_from_a_remote_directory():
+    root = "ram://t2t-remote-usr/code"
+    _write(f"{root}/sets.py", USR_CODE.replace("remote_tiny", "ram_tiny"))
+    _write(f"{root}/notes.txt", "not code")
+    registry.import_usr_dir(root)
+    assert registry.hparams("ram_tiny").d_model == 64
+    assert registry.imported(root + "/")
+    _write("ram://t2t-remote-usr/broken/bad.py", "x = 1\nraise ValueError('no')\n")
+    with pytest.raises(Exception, match=r"ram://t2t-remote-usr/broken/bad.py:2: ValueError: no"):
+        registry.import_usr_dir("ram://t2t-remote-usr/broken")
