@@ -1,12 +1,14 @@
 """Benchmark: t2t-train's training throughput beside Hugging Face T5 in PyTorch.
 
-    python bench/train.py            # mtf_transformer_small dims, batch 16, lengths 128/128
-    python bench/train.py --quick    # batch 8, lengths 64/64, fewer steps
+    python bench/train.py                          # t5_small: batch 16, lengths 128/128, vocab 32,128
+    python bench/train.py --hparams_set=t5_base    # T5 base's shape
+    python bench/train.py --quick                  # batch 8, lengths 64/64, fewer steps
+    python bench/train.py --profile=DIR            # also: where a step's time goes, by TF op type
 
-Both sides train the same encoder-decoder (d_model 256, d_ff 1024, 4 heads of 64,
-4+4 layers, relu FFN, shared embeddings, relative attention, vocabulary 8192) from
-random initialisation with Adafactor on the same batch and lengths of full (unpadded)
-random token sequences. t2tcli runs through the same Estimator model_fn as t2t-train,
+Both sides train the same encoder-decoder (the hparams set's d_model, d_ff, heads, d_kv,
+layers; relu FFN, shared embeddings, relative attention; T5's 32,128-row vocabulary) from
+random initialisation with Adafactor and the set's dropout, on the same batch and lengths
+of full (unpadded) random token sequences. t2tcli runs through the same Estimator model_fn as t2t-train,
 with its default activation dtype (auto: what this machine runs fastest) and with
 bfloat16 and float32 forced; the peer runs float32 and bfloat16 autocast and its best
 is compared. Model FLOPs utilisation (MFU) divides analytic model FLOPs (3x forward
@@ -26,12 +28,26 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DIMS = {"d_model": 256, "d_ff": 1024, "num_heads": 4, "d_kv": 64, "layers": 4, "vocab": 8192}
+T5_VOCAB = 32128  # T5's SentencePiece vocabulary padded to a multiple of 128
 
 
-def model_flops_per_step(batch: int, li: int, lt: int) -> float:
+def model_dims(hparams_set: str, vocab: int) -> dict:
+    """The shape both sides train, from a registered hparams set."""
+    sys.path.insert(0, str(REPO))
+    from t2tcli import registry
+
+    hp = registry.hparams(hparams_set)
+    if hp.ffn_activation != "relu" or not hp.tie_embeddings:
+        raise SystemExit(f"{hparams_set}: the peer is built as T5 v1.0 (relu, tied embeddings); pick a t5_* set")
+    if hp.num_encoder_layers != hp.num_decoder_layers:
+        raise SystemExit(f"{hparams_set}: encoder and decoder depths differ")
+    names = ("d_model", "d_ff", "num_heads", "d_kv", "dropout_rate")
+    return {**{k: hp.get(k) for k in names}, "layers": hp.num_encoder_layers, "vocab": vocab}
+
+
+def model_flops_per_step(dims: dict, batch: int, li: int, lt: int) -> float:
     """Training FLOPs of one step: 3x the forward pass's matmul FLOPs."""
-    d, f, h, k, n, v = (DIMS[x] for x in ("d_model", "d_ff", "num_heads", "d_kv", "layers", "vocab"))
+    d, f, h, k, n, v = (dims[x] for x in ("d_model", "d_ff", "num_heads", "d_kv", "layers", "vocab"))
     hk = h * k
     enc = n * (2 * li * d * hk * 4 + 2 * 2 * li * li * hk + 2 * li * d * f * 2)
     dec_self = 2 * lt * d * hk * 4 + 2 * 2 * lt * lt * hk
@@ -65,7 +81,7 @@ def worker_peak(dtype: str) -> dict:
     return {"flops": best}
 
 
-def worker_t2t(dtype: str, batch: int, li: int, lt: int, steps: int) -> dict:
+def worker_t2t(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int, profile_dir: str = "") -> dict:
     sys.path.insert(0, str(REPO))
     import tempfile
 
@@ -75,25 +91,26 @@ def worker_t2t(dtype: str, batch: int, li: int, lt: int, steps: int) -> dict:
     from t2tcli.compat import tf
     from t2tcli.train import estimator, model_fn
 
-    hp = registry.hparams("mtf_transformer_small")
+    hp = registry.hparams("t5_small")
     hp.override_from_dict(
         dict(
             activation_dtype=dtype,
             inputs_length=li,
             targets_length=lt,
             batch_size=batch,
-            d_model=DIMS["d_model"],
-            d_ff=DIMS["d_ff"],
-            num_heads=DIMS["num_heads"],
-            d_kv=DIMS["d_kv"],
-            num_encoder_layers=DIMS["layers"],
-            num_decoder_layers=DIMS["layers"],
+            d_model=dims["d_model"],
+            d_ff=dims["d_ff"],
+            num_heads=dims["num_heads"],
+            d_kv=dims["d_kv"],
+            dropout_rate=dims["dropout_rate"],
+            num_encoder_layers=dims["layers"],
+            num_decoder_layers=dims["layers"],
         )
     )
     rng = np.random.default_rng(0)
     feats = {
-        "inputs": rng.integers(3, DIMS["vocab"], size=(batch, li)).astype(np.int32),
-        "targets": rng.integers(3, DIMS["vocab"], size=(batch, lt)).astype(np.int32),
+        "inputs": rng.integers(3, dims["vocab"], size=(batch, li)).astype(np.int32),
+        "targets": rng.integers(3, dims["vocab"], size=(batch, lt)).astype(np.int32),
     }
 
     def input_fn(params=None):
@@ -105,27 +122,51 @@ def worker_t2t(dtype: str, batch: int, li: int, lt: int, steps: int) -> dict:
         def after_run(self, run_context, run_values):
             times.append(time.perf_counter())
 
+    class Trace(tf.compat.v1.train.SessionRunHook):
+        """A Chrome trace, in profile_dir, of one step after the timed ones."""
+
+        def __init__(self) -> None:
+            self.runs = 0
+
+        def before_run(self, run_context):
+            self.runs += 1
+            if self.runs == warmup + steps + 1:
+                options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+                return tf.compat.v1.train.SessionRunArgs(None, options=options)
+            return None
+
+        def after_run(self, run_context, run_values):
+            if self.runs == warmup + steps + 1:
+                from tensorflow.python.client import timeline
+
+                os.makedirs(profile_dir, exist_ok=True)
+                trace = timeline.Timeline(run_values.run_metadata.step_stats).generate_chrome_trace_format()
+                Path(profile_dir, f"timeline-{self.runs}.json").write_text(trace)
+
     warmup = 3
+    hooks = [Timer()]
+    if profile_dir:
+        hooks.append(Trace())
     with tempfile.TemporaryDirectory() as model_dir:
         est = estimator.build_estimator(
-            model_dir, hp, DIMS["vocab"], model_fn.TrainSettings(save_checkpoints_steps=10**9, log_every_steps=10**9)
+            model_dir, hp, dims["vocab"], model_fn.TrainSettings(save_checkpoints_steps=10**9, log_every_steps=10**9)
         )
-        est.train(input_fn, max_steps=warmup + steps, hooks=[Timer()])
-    step_time = (times[-1] - times[warmup - 1]) / steps
+        est.train(input_fn, max_steps=warmup + steps + bool(profile_dir), hooks=hooks)
+    step_time = (times[warmup + steps - 1] - times[warmup - 1]) / steps
     return {"step_time": step_time}
 
 
-def worker_hf(dtype: str, batch: int, li: int, lt: int, steps: int) -> dict:
+def worker_hf(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int) -> dict:
     import torch
     from peer import t5_peer
     from transformers.optimization import Adafactor
 
-    shape = {k: DIMS[k] for k in ("d_model", "d_ff", "num_heads", "d_kv")}
-    shape.update(num_encoder_layers=DIMS["layers"], num_decoder_layers=DIMS["layers"])
-    model = t5_peer(shape, DIMS["vocab"], dropout_rate=0.1).train()
+    shape = {k: dims[k] for k in ("d_model", "d_ff", "num_heads", "d_kv")}
+    shape.update(num_encoder_layers=dims["layers"], num_decoder_layers=dims["layers"])
+    model = t5_peer(shape, dims["vocab"], dropout_rate=dims["dropout_rate"]).train()
     opt = Adafactor(model.parameters(), lr=1e-3, relative_step=False, scale_parameter=True, warmup_init=False)
-    inputs = torch.randint(3, DIMS["vocab"], (batch, li))
-    labels = torch.randint(3, DIMS["vocab"], (batch, lt))
+    inputs = torch.randint(3, dims["vocab"], (batch, li))
+    labels = torch.randint(3, dims["vocab"], (batch, lt))
 
     def step() -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
@@ -142,6 +183,25 @@ def worker_hf(dtype: str, batch: int, li: int, lt: int, steps: int) -> dict:
     return {"step_time": (time.perf_counter() - start) / steps}
 
 
+def op_time_summary(profile_dir: str, top: int = 15) -> list[str]:
+    """The traced step's op time by op type, largest first (ops of 2 cores overlap, so
+    shares are of the summed op time, not of the step's wall time)."""
+    traces = sorted(Path(profile_dir).glob("timeline-*.json"))
+    if not traces:
+        return ["(no trace written)"]
+    events = json.loads(traces[-1].read_text())["traceEvents"]
+    by_type: dict[str, float] = {}
+    for event in events:
+        if event.get("ph") == "X" and "dur" in event:
+            kind = event.get("args", {}).get("op") or event.get("name", "?")
+            by_type[kind] = by_type.get(kind, 0.0) + event["dur"] / 1e6
+    total = sum(by_type.values())
+    lines = [f"summed op time {total:.2f} s in {traces[-1].name}"]
+    for kind, seconds in sorted(by_type.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"  {kind:<32}{seconds:>8.3f} s {100 * seconds / total:>6.1f}%")
+    return lines
+
+
 def _spawn(*args: str) -> dict | None:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run([sys.executable, __file__, "--worker", *args], capture_output=True, text=True, env=env)
@@ -155,21 +215,37 @@ def _spawn(*args: str) -> dict | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--hparams_set", default="t5_small", help="the shape trained (a T5 v1.0 set)")
+    parser.add_argument("--vocab", type=int, default=T5_VOCAB, help="vocabulary rows")
     parser.add_argument("--worker", nargs="*")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each configuration, in turns; best kept")
+    parser.add_argument("--profile", default="", help="directory for a trace of a t2tcli step of each dtype")
+    parser.add_argument(
+        "--only", default="", help="comma-separated systems to run: t2t, hf, or one dtype of one, e.g. t2t:bfloat16"
+    )
     args = parser.parse_args()
     if args.worker:
-        kind, dtype, *rest = args.worker
+        kind, dims_json, dtype, *rest = args.worker
+        profile = rest.pop() if kind == "t2t" and len(rest) == 5 else ""
         sizes = [int(x) for x in rest]
-        out = {"peak": worker_peak, "t2t": worker_t2t, "hf": worker_hf}[kind](dtype, *sizes)
+        if kind == "peak":
+            out = worker_peak(dtype)
+        elif kind == "t2t":
+            out = worker_t2t(json.loads(dims_json), dtype, *sizes, profile_dir=profile)
+        else:
+            out = worker_hf(json.loads(dims_json), dtype, *sizes)
         print(json.dumps(out))
         return
+    dims = model_dims(args.hparams_set, args.vocab)
     batch, li, lt, steps = (8, 64, 64, 5) if args.quick else (16, 128, 128, 10)
     sizes = [str(batch), str(li), str(lt), str(steps)]
     tokens = batch * (li + lt)
-    flops = model_flops_per_step(batch, li, lt)
-    peaks = {d: (_spawn("peak", d) or {}).get("flops") for d in ("bfloat16", "float32")}
-    print(f"Model: {DIMS}; batch {batch}, inputs/targets length {li}/{lt} ({tokens} tokens/step), Adafactor")
+    flops = model_flops_per_step(dims, batch, li, lt)
+    peaks = {d: (_spawn("peak", "{}", d) or {}).get("flops") for d in ("bfloat16", "float32")}
+    print(
+        f"Model: {args.hparams_set} {dims}; batch {batch}, inputs/targets length {li}/{lt} "
+        f"({tokens} tokens/step), Adafactor"
+    )
     print(f"Model FLOPs per training step: {flops / 1e9:.1f} GFLOP")
     print(
         "Measured matmul peak (TF, 2048^2): " + ", ".join(f"{d} {p / 1e12:.3f} TFLOP/s" for d, p in peaks.items() if p)
@@ -193,6 +269,10 @@ def main() -> None:
         ("hf", "float32", "HF transformers T5 float32"),
         ("hf", "bfloat16", "HF transformers T5 bf16 autocast"),
     ]
+    if args.only:
+        wanted = args.only.split(",")
+        configs = [c for c in configs if c[0] in wanted or f"{c[0]}:{c[1]}" in wanted]
+    dims_json = json.dumps(dims)
     # Runs in turns, each configuration's best kept: a 2-core VM's speed drifts by 10-20%
     # from one minute to the next, more than the differences between some rows.
     best: dict[tuple[str, str], float] = {}
@@ -200,7 +280,10 @@ def main() -> None:
         for kind, dtype, _label in configs:
             if round_ and best and best.get((kind, dtype), 0.0) > 5 * min(best.values()):
                 continue  # far off the others (e.g. bfloat16 autocast without native support): once is enough
-            res = _spawn(kind, dtype, *sizes)
+            extra = []
+            if kind == "t2t" and args.profile and round_ == 0 and dtype != "auto":
+                extra = [str(Path(args.profile).resolve() / dtype)]
+            res = _spawn(kind, dims_json, dtype, *sizes, *extra)
             if res:
                 best[(kind, dtype)] = min(best.get((kind, dtype), float("inf")), res["step_time"])
     for kind, dtype, label in configs:
@@ -219,8 +302,12 @@ def main() -> None:
         if ("t2t", "auto") in results:
             print(f"t2tcli default / HF T5 best tokens/s: {results[('t2t', 'auto')] / peer:.2f}x")
         print(f"t2tcli best / HF T5 best tokens/s: {ours / peer:.2f}x")
-    else:
+    elif not args.only:
         print("ratio not available (a side failed; is the `bench` extra installed?)")
+    if args.profile:
+        for dtype in ("bfloat16", "float32"):
+            print(f"\nWhere a t2tcli {dtype} step's time goes (op types):")
+            print("\n".join(op_time_summary(str(Path(args.profile) / dtype))))
 
 
 if __name__ == "__main__":
