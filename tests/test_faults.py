@@ -265,23 +265,50 @@ def _kill_when(args: list[str], ready, timeout: float = 300) -> None:
     proc.wait()
 
 
+# Runs a binary with some of its methods wrapped: after each call, the process SIGKILLs
+# itself if the files named by the glob are non-empty on disk. A poll from outside can
+# miss a stage that lasts milliseconds on a fast machine; this kill cannot.
+_KILL_SELF_AFTER = """
+import glob, importlib, os, runpy, signal, sys
+script, pattern, targets = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+def wrap(owner, name):
+    inner = getattr(owner, name)
+    def wrapped(*args, **kwargs):
+        result = inner(*args, **kwargs)
+        if any(os.path.getsize(p) > 0 for p in glob.glob(pattern)):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+    setattr(owner, name, wrapped)
+for target in targets:
+    module, cls, method = target.split(":")
+    wrap(getattr(importlib.import_module(module), cls), method)
+sys.argv = [script, *sys.argv[4:]]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+def _kill_self_after(binary: str, pattern: str, targets: list[str], *args: str) -> int:
+    """Runs `binary`; it kills itself once a call to one of `targets` leaves `pattern`'s files non-empty."""
+    script = str(REPO / "bin" / binary)
+    command = [sys.executable, "-c", _KILL_SELF_AFTER, script, pattern, ",".join(targets), *args]
+    return subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600).returncode
+
+
 @pytest.mark.slow
 def test_killed_datagen_reruns_to_the_same_bytes(tmp_path):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     assert run_binary("t2t-datagen", "--problem=qp_all", f"--data_dir={whole}").returncode == 0
     complete = sorted(p.name for p in whole.glob("*.meta.json"))
 
-    def spooling() -> bool:  # pass 1: records read into the spool, before the vocabulary
-        return any(p.stat().st_size > 0 for p in killed.glob(".*.work/*.spool"))
-
-    def bucketing() -> bool:  # pass 2: encoded rows written to the shards' buckets
-        return any(p.stat().st_size > 0 for p in killed.glob(".*.work/*.bucket*"))
-
-    # Killed while writing each kind of intermediate file; the third run finds the
-    # vocabulary written and goes straight from the source to the buckets.
-    for stage in (spooling, bucketing, bucketing):
-        _kill_when([str(REPO / "bin" / "t2t-datagen"), "--problem=qp_all", f"--data_dir={killed}"], stage)
-        assert stage(), "killed while it wrote that stage's files"
+    # Pass 1 writes the spool before the vocabulary exists; pass 2 appends encoded rows to
+    # the shards' buckets (closing them flushes what is buffered), and writes shards from
+    # them. The third run finds the vocabulary written and goes straight to the buckets.
+    spooling = (".*.work/*.spool", ["t2tcli.data.spool:Spool:append", "t2tcli.data.spool:Spool:close"])
+    buckets = ["t2tcli.data.shards:SplitBuckets:add", "t2tcli.data.shards:SplitBuckets:close"]
+    for pattern, targets in (spooling, (".*.work/*.bucket*", buckets), (".*.work/*.bucket*", buckets)):
+        args = ["--problem=qp_all", f"--data_dir={killed}"]
+        assert _kill_self_after("t2t-datagen", str(killed / pattern), targets, *args) == -signal.SIGKILL
+        assert any(p.stat().st_size > 0 for p in killed.glob(pattern)), f"killed while it wrote {pattern}"
         assert sorted(p.name for p in killed.glob("*.meta.json")) != complete, "the kill interrupted the run"
     assert run_binary("t2t-datagen", "--problem=qp_all", f"--data_dir={killed}").returncode == 0
     assert snapshot(killed) == snapshot(whole)
