@@ -5,6 +5,25 @@ stable while the library's own layout may change.
 """
 
 from t2tcli.data.layout import SPLITS
-from t2tcli.data.problem import Mixture, Problem, Text2TextProblem, VocabSpec, by_examples
+from t2tcli.data.objectives import IidDenoising, PrefixLM, SpanCorruption
+from t2tcli.data.problem import (
+    Mixture,
+    Problem,
+    SelfSupervisedProblem,
+    Text2TextProblem,
+    VocabSpec,
+    by_examples,
+)
 
-__all__ = ["SPLITS", "Mixture", "Problem", "Text2TextProblem", "VocabSpec", "by_examples"]
+__all__ = [
+    "SPLITS",
+    "IidDenoising",
+    "Mixture",
+    "PrefixLM",
+    "Problem",
+    "SelfSupervisedProblem",
+    "SpanCorruption",
+    "Text2TextProblem",
+    "VocabSpec",
+    "by_examples",
+]

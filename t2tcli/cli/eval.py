@@ -52,7 +52,8 @@ def main() -> None:
     data_dir = FLAGS.data_dir or model.info.data_dir
     if model.problem is None or not data_dir:
         raise UserError("this model_dir was trained on no problem: pass --problem and --data_dir to evaluate it")
-    tasks = evaluation.tasks_for(model.problem, data_dir, FLAGS.split, FLAGS.max_examples)
+    lengths = (int(model.hparams.inputs_length), int(model.hparams.targets_length))
+    tasks = evaluation.tasks_for(model.problem, data_dir, FLAGS.split, FLAGS.max_examples, lengths)
     params = decode_settings.estimator_params(decode_hp)
     decoder = engines.Decoder(model, params, decode_hp.batch_size)
     sink = results.ResultsSink(results_dir, tensorboard=FLAGS.tensorboard)

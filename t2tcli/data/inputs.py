@@ -11,6 +11,7 @@ and mesh-tensorflow's dataset code.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -18,10 +19,12 @@ from absl import logging
 
 from t2tcli import registry
 from t2tcli.compat import tf
-from t2tcli.data import layout
-from t2tcli.data.vocab import EOS_ID
+from t2tcli.data import corruption, layout
+from t2tcli.data.objectives import Room
+from t2tcli.data.vocab import EOS_ID, Vocabulary, sentinel_count
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
+from t2tcli.io import fs
 
 # isort: split
 # Imported after t2tcli.compat, whose shims mesh_tensorflow needs.
@@ -72,17 +75,65 @@ def _problem_records(data_dir: str, name: str, split: str, shuffle: bool, seed: 
     return ds.interleave(tf.data.TFRecordDataset, cycle_length=min(4, len(files)), num_parallel_calls=tf.data.AUTOTUNE)
 
 
+def room(vocab_file: str, inputs_length: int, targets_length: int) -> Room:
+    """What a self-supervised objective must fit, read from the vocabulary datagen wrote."""
+    if not fs.exists(vocab_file):
+        raise UserError(f"{vocab_file}: no vocabulary; run t2t-datagen first")
+    return Room(
+        vocab_size=Vocabulary(vocab_file).vocab_size,
+        sentinels=sentinel_count(fs.read_bytes(vocab_file)),
+        inputs_length=inputs_length,
+        targets_length=targets_length,
+    )
+
+
+def documents(ds: tf.data.Dataset) -> tf.data.Dataset:
+    """A self-supervised problem's parsed records -> its texts' token ids, EOS dropped."""
+
+    def text(ex: dict[str, tf.Tensor]) -> tf.Tensor:
+        ids = ex["targets"]
+        return tf.cond(tf.reduce_any(tf.equal(ids[-1:], EOS_ID)), lambda: ids[:-1], lambda: ids)
+
+    return ds.map(text, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+# The seed evaluation corrupts a self-supervised problem's dev text with.
+EVAL_SEED = 0
+
+
+def run_seed(seed: int | None) -> int:
+    """The seed a run corrupts text with: `--random_seed`, else one drawn for this run."""
+    return int(seed) if seed is not None else random.SystemRandom().randrange(1 << 31)
+
+
 def examples(
-    data_dir: str, problem_name: str, split: str, shuffle: bool, repeat: bool, seed: int | None = None
+    data_dir: str,
+    problem_name: str,
+    split: str,
+    shuffle: bool,
+    repeat: bool,
+    seed: int | None = None,
+    hp: HParams | None = None,
 ) -> tf.data.Dataset:
-    """Parsed examples of a problem, or of a mixture's problems sampled by rate."""
+    """Parsed examples of a problem, or of a mixture's problems sampled by rate.
+
+    A self-supervised problem's text is corrupted here, by its objective (anew each
+    epoch, from `seed`), to fit `hp`'s sequence lengths.
+    """
     components = registry.problem(problem_name).components()
     datasets = []
     for task, _ in components:
         ds = _problem_records(data_dir, task.name, split, shuffle, seed)
         if repeat:
             ds = ds.repeat()
-        datasets.append(ds.map(_parse, num_parallel_calls=tf.data.AUTOTUNE))
+        ds = ds.map(_parse, num_parallel_calls=tf.data.AUTOTUNE)
+        if task.objective is not None:
+            if hp is None:
+                raise UserError(f"problem '{task.name}' is self-supervised: its examples need the model's lengths")
+            vocab_file = task.vocab_file(data_dir)
+            fit = room(vocab_file, int(hp.inputs_length), int(hp.targets_length))
+            ds = corruption.corrupted(documents(ds), task.objective, fit, run_seed(seed), vocab_file)
+        datasets.append(ds)
     if len(datasets) == 1:
         return datasets[0]
     rates = _rates(components, data_dir, split)
@@ -126,7 +177,9 @@ def input_fn(
 
     def fn(params: dict[str, Any] | None = None) -> tf.data.Dataset:
         del params
-        ds = examples(data_dir, problem_name, split, shuffle=training, repeat=training, seed=seed)
+        # Evaluation corrupts self-supervised text with one fixed seed, so checkpoints compare.
+        run = seed if training else EVAL_SEED
+        ds = examples(data_dir, problem_name, split, shuffle=training, repeat=training, seed=run, hp=hp)
         if training:
             ds = ds.shuffle(10_000, seed=seed)
         return prepare(ds, hp, pack=pack, batch=batch)
@@ -143,6 +196,8 @@ def count_truncated(data_dir: str, problem_name: str, split: str, hp: HParams, l
     lens = lengths(hp)
     counts = {"examples": 0, "inputs": 0, "targets": 0}
     for task, _ in registry.problem(problem_name).components():
+        if task.objective is not None:  # its text is cut into pieces that fit, never truncated
+            continue
         for path in layout.data_files(data_dir, task.name, split):
             for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
                 ex = tf.train.Example.FromString(record).features.feature
@@ -166,6 +221,8 @@ def log_truncation(data_dir: str, problem_name: str, split: str, hp: HParams) ->
     """Counts the examples the sequence lengths cut; above a few percent, warns and names the
     length that would fit 99% of them (from datagen's length percentiles)."""
     counts = count_truncated(data_dir, problem_name, split, hp)
+    if not counts["examples"]:  # only self-supervised problems: their text is cut to fit, never truncated
+        return counts
     n = max(counts["examples"], 1)
     lens = lengths(hp)
     logging.info(

@@ -21,6 +21,7 @@ import sys
 from t2tcli.data import layout
 from t2tcli.data.options import Options, num_shards, split_sources
 from t2tcli.data.problem import Problem, Text2TextProblem
+from t2tcli.data.vocab import sentinel_count
 from t2tcli.data.vocab_sources import differs, vocab_description, vocabulary_source
 from t2tcli.errors import UserError
 from t2tcli.io import fs, lock
@@ -52,6 +53,7 @@ def plan(problem: Problem, options: Options, look: bool = True) -> Plan:
     tasks = [task for task, _ in problem.components()]
     vocab_file = problem.vocab_file(options.data_dir)
     source_vocab = vocabulary_source(problem, options.vocab_from, options.vocab_extra_ids)
+    _check_sentinels(tasks, problem, options, source_vocab)
     need_vocab = (
         not look
         or options.overwrite
@@ -67,6 +69,24 @@ def plan(problem: Problem, options: Options, look: bool = True) -> Plan:
     ]
     complete = [task for task in tasks if task not in pending]
     return Plan(problem, vocab_file, source_vocab, need_vocab, fingerprints, pending, complete)
+
+
+def _check_sentinels(tasks: list[Text2TextProblem], problem: Problem, options: Options, proto: bytes | None) -> None:
+    """A self-supervised problem's vocabulary must end in T5's sentinels (its objective
+    writes spans as <extra_id_N>); found out before anything is read."""
+    corrupted = [task.name for task in tasks if task.objective is not None]
+    if not corrupted:
+        return
+    if proto is not None:
+        sentinels, origin = sentinel_count(proto), options.vocab_from or problem.vocab.source
+    else:
+        extra = options.vocab_extra_ids
+        sentinels, origin = (problem.vocab.extra_ids if extra is None else extra), f"vocabulary '{problem.vocab.name}'"
+    if sentinels <= 0:
+        raise UserError(
+            f"{origin}: no room for T5's sentinels (<extra_id_N>), which problem '{corrupted[0]}' writes noise "
+            "spans as: pass --vocab_extra_ids=100 or give its VocabSpec extra_ids=100"
+        )
 
 
 def holding(problem: Problem, data_dir: str) -> contextlib.AbstractContextManager[None]:

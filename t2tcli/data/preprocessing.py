@@ -115,9 +115,14 @@ class DecodeLines:
 
     def __init__(self, task: Any) -> None:
         self.task = task
-        self.fields = decode_fields(task)
+        # A self-supervised model reads text as its objective left it (sentinels and
+        # all), which is what a decode line holds: it goes to the model as it is.
+        self.verbatim = getattr(task, "objective", None) is not None
+        self.fields = ("text",) if self.verbatim else decode_fields(task)
 
     def __call__(self, line: str) -> str:
+        if self.verbatim:
+            return text_files.unescape(line)
         if len(self.fields) == 1:
             values = [line]
         else:

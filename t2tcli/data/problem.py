@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from t2tcli.data.layout import read_meta, vocab_path
+from t2tcli.data.objectives import Objective, SpanCorruption
 from t2tcli.errors import UserError
 
 
@@ -80,6 +81,9 @@ class Text2TextProblem(Problem):
     # checked against record-by-record results on each run's first rows; it then runs at C
     # speed. Only for a preprocess written with str methods, `+` and t2tcli.text's helpers.
     columnwise: ClassVar[bool] = False
+    # A self-supervised objective (t2tcli.data.objectives) the training input corrupts the
+    # text with; None: the pairs are trained on as written. See SelfSupervisedProblem.
+    objective: ClassVar[Objective | None] = None
 
     def components(self) -> list[tuple[Text2TextProblem, float]]:
         return [(self, 1.0)]
@@ -109,6 +113,28 @@ class Text2TextProblem(Problem):
 
     def meta(self, data_dir: str) -> dict[str, Any]:
         return read_meta(data_dir, self.name)
+
+
+class SelfSupervisedProblem(Text2TextProblem):
+    """Unlabeled text trained on with a self-supervised objective (T5's span corruption by
+    default): a subclass names its `source` and the record field holding the text.
+
+    Datagen stores each record's text tokenized, once; the training input concatenates
+    the texts, cuts the stream into pieces and corrupts each piece anew every epoch
+    (t2tcli.data.corruption). The vocabulary gets T5's 100 sentinels, so a model
+    pretrained here can be fine-tuned on a supervised problem generated with
+    `t2t-datagen --vocab_from=<this vocabulary>`. t2t-decode feeds a line to the model as
+    it is (sentinels and all); t2t-eval corrupts the dev split with a fixed seed.
+    """
+
+    objective: ClassVar[Objective | None] = SpanCorruption()
+    text_field: ClassVar[str] = "text"
+    vocab = VocabSpec(name="text", size=8000, extra_ids=100)
+    metrics = ("token_accuracy",)
+    columnwise = True
+
+    def preprocess(self, record: dict[str, Any]) -> dict[str, str]:
+        return {"inputs": "", "targets": record[self.text_field]}
 
 
 class Mixture(Problem):

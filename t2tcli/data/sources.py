@@ -7,8 +7,10 @@ this module names them all in one place, where problems and datagen import them.
 from t2tcli.data.dataset_sources import GeneratedSource, TfdsSource
 from t2tcli.data.file_sources import CsvSource, JsonlSource, TsvSource, expand, file_fingerprint
 from t2tcli.data.source_base import DEFAULT_CHUNK_ROWS, Chunk, ReadOptions, Source, raw_dir, shipped_data
+from t2tcli.data.text_source import TextSource
 
 __all__ = [
+    "TextSource",
     "DEFAULT_CHUNK_ROWS",
     "Chunk",
     "CsvSource",

@@ -127,6 +127,9 @@ class Evaluator:
             preds = [task.postprocess(text) for text in texts]
             refs = [task.postprocess(self.decode_text(ids)) for ids in targets[offset : offset + n]]
             values = metrics.compute(task.metric_names, refs, preds)
+            output_ids = [_strip_eos(ids) for ids in outputs[offset : offset + n]]
+            target_ids = [_strip_eos(ids) for ids in targets[offset : offset + n]]
+            values.update(metrics.compute_ids(task.metric_names, target_ids, output_ids))
             tokens = sum(len(t) for t in targets[offset : offset + n])
             loss = -sum(scores[offset : offset + n]) / max(tokens, 1)
             values["loss"] = loss
@@ -147,8 +150,28 @@ class Evaluator:
         return records
 
 
-def tasks_for(problem: problem_lib.Problem, data_dir: str, split: str, limit: int) -> list[Task]:
-    """One Task per component problem, with its examples of `split`."""
+def corrupted_examples(
+    task: problem_lib.Text2TextProblem, docs: list[Example], data_dir: str, lengths: tuple[int, int]
+) -> list[Example]:
+    """A self-supervised problem's texts as its objective makes examples of them, with the
+    seed training's own evaluation uses (`inputs.EVAL_SEED`)."""
+    from t2tcli.compat import tf
+    from t2tcli.data import corruption, inputs
+
+    texts = tf.data.Dataset.from_generator(
+        lambda: (ex.targets for ex in docs), output_signature=tf.TensorSpec([None], tf.int32)
+    )
+    vocab_file = task.vocab_file(data_dir)
+    room = inputs.room(vocab_file, *lengths)
+    made = corruption.corrupted(texts, task.objective, room, inputs.EVAL_SEED, vocab_file)
+    return [Example(ex["inputs"].tolist(), ex["targets"].tolist()) for ex in made.as_numpy_iterator()]
+
+
+def tasks_for(
+    problem: problem_lib.Problem, data_dir: str, split: str, limit: int, lengths: tuple[int, int] = (0, 0)
+) -> list[Task]:
+    """One Task per component problem, with its examples of `split`; a self-supervised
+    problem's are its texts as its objective corrupts them for `lengths` (inputs, targets)."""
     tasks = []
     for task, _ in problem.components():
         splits = layout.read_meta(data_dir, task.name).get("splits", {})
@@ -158,6 +181,8 @@ def tasks_for(problem: problem_lib.Problem, data_dir: str, split: str, limit: in
         examples = read_examples(data_dir, task.name, split, limit)
         if not examples:
             raise UserError(f"problem '{task.name}' has no '{split}' examples in {data_dir}")
+        if task.objective is not None:
+            examples = corrupted_examples(task, examples, data_dir, lengths)[: limit or None]
         if not any(ex.targets for ex in examples):
             raise UserError(
                 f"the '{split}' split of problem '{task.name}' is unlabeled (every target is empty): there is "

@@ -100,19 +100,54 @@ METRICS: dict[str, MetricFn] = {
 }
 
 
+def token_accuracy(targets: Sequence[Sequence[int]], predictions: Sequence[Sequence[int]]) -> dict[str, float]:
+    """Percentage of target vocabulary tokens the decode has at the same position.
+
+    Compared on ids, not text, so it counts what the model was trained to emit (a
+    sentinel is one token); each example counts max(len(target), len(prediction))
+    positions, so a decode too short or too long loses the difference.
+    """
+    if len(targets) != len(predictions):
+        raise ValueError(f"{len(targets)} targets but {len(predictions)} predictions")
+    hits = total = 0
+    for t, p in zip(targets, predictions, strict=True):
+        hits += sum(a == b for a, b in zip(t, p, strict=False))
+        total += max(len(t), len(p))
+    return {"token_accuracy": 100.0 * hits / total if total else 0.0}
+
+
+# Metrics computed on token ids (without EOS) rather than on postprocessed text.
+ID_METRICS: dict[str, Callable[[Sequence[Sequence[int]], Sequence[Sequence[int]]], dict[str, float]]] = {
+    "token_accuracy": token_accuracy,
+}
+
+
 def check_names(names: Sequence[str], where: str) -> None:
     """Fails early, before any decoding, on a metric name nobody implements."""
+    known = {**METRICS, **ID_METRICS}
     for name in names:
-        if name not in METRICS:
-            raise UserError(f"{where}: unknown metric '{name}'{did_you_mean(name, METRICS)}")
+        if name not in known:
+            raise UserError(f"{where}: unknown metric '{name}'{did_you_mean(name, known)}")
 
 
 def compute(names: Sequence[str], targets: Sequence[str], predictions: Sequence[str]) -> dict[str, float]:
-    """All requested metrics, merged into one name -> score dict."""
+    """All requested text metrics, merged into one name -> score dict (id metrics: `compute_ids`)."""
     check_names(names, "metrics")
     out: dict[str, float] = {}
     for name in names:
-        out.update(METRICS[name](targets, predictions))
+        if name in METRICS:
+            out.update(METRICS[name](targets, predictions))
+    return out
+
+
+def compute_ids(
+    names: Sequence[str], targets: Sequence[Sequence[int]], predictions: Sequence[Sequence[int]]
+) -> dict[str, float]:
+    """The requested metrics that compare token ids."""
+    out: dict[str, float] = {}
+    for name in names:
+        if name in ID_METRICS:
+            out.update(ID_METRICS[name](targets, predictions))
     return out
 
 
