@@ -17,7 +17,7 @@ from collections.abc import Callable
 from absl import app, logging
 
 from t2tcli import interrupts, registry
-from t2tcli.cli import help
+from t2tcli.cli import help, t2t_names
 from t2tcli.cli.flags import FLAGS
 from t2tcli.errors import UserError
 
@@ -49,6 +49,10 @@ def run(main: Callable[[], None]) -> None:
     if help.wants_help(sys.argv):
         help.print_help(prog_name(), main.__module__)
         sys.exit(0)
+    try:
+        sys.argv = t2t_names.rewrite(sys.argv, set(FLAGS))
+    except UserError as exc:
+        fail(str(exc))
 
     def wrapped(argv: list[str]) -> None:
         if len(argv) > 1:
@@ -62,6 +66,7 @@ def run(main: Callable[[], None]) -> None:
             handler.setFormatter(stdlib_logging.Formatter("%(asctime)s %(levelname).1s %(message)s", "%H:%M:%S"))
         interrupts.install()
         try:
+            t2t_names.check_model(FLAGS.model)
             for usr_dir in FLAGS.usr_dir:
                 registry.import_usr_dir(usr_dir)
             if FLAGS.registry_help:

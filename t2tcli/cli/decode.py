@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from absl import flags, logging
 
 from t2tcli.cli import common
@@ -22,6 +24,11 @@ flags.DEFINE_string(
 flags.DEFINE_boolean(
     "raw_inputs", False, "Feed lines to the model as they are, not formatted as the problem formats them."
 )
+flags.DEFINE_boolean(
+    "decode_interactive",
+    False,
+    "Read a line from stdin, print its decode at once, until EOF (--decode_from_file=- one line at a time).",
+)
 flags.DEFINE_string(
     "score_file", None, "Lines 'input<TAB>target'; writes the log-likelihood of each target to --decode_to_file."
 )
@@ -31,6 +38,10 @@ FLAGS = flags.FLAGS
 
 def main() -> None:
     common.require("model_dir")
+    if FLAGS.decode_interactive:
+        if FLAGS.decode_from_file not in (None, "-") or FLAGS.score_file or FLAGS.decode_to_file != "-":
+            raise UserError("--decode_interactive reads stdin and writes stdout: drop the file flags")
+        FLAGS.decode_from_file = "-"
     if bool(FLAGS.decode_from_file) == bool(FLAGS.score_file):
         raise UserError("pass exactly one of --decode_from_file and --score_file")
     from t2tcli.decode import engines
@@ -47,21 +58,27 @@ def main() -> None:
 
     model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams, FLAGS.trust_usr_dir)
     decode_hp = decode_settings.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
+    delimiter = text_files.unescape(decode_hp.delimiter)
+
+    def records(lines: Iterator[str]) -> Iterator[str]:
+        return decode_lines.records(lines, delimiter, decode_hp.num_samples)
+
     job = decode_lines.LineJob(
         encode=model.vocab.encode,
         decode=loading.text_decoder(model.vocab),
         inputs_length=decode_hp.max_input_length or model.hparams.inputs_length,
         targets_length=decode_hp.max_decode_length or model.hparams.targets_length,
-        batch_size=decode_hp.batch_size,
+        batch_size=1 if FLAGS.decode_interactive else decode_hp.batch_size,
         format_input=decode_lines.input_formatter(model.problem, FLAGS.raw_inputs),
         source_name=source if source != "-" else "<stdin>",
+        interactive=FLAGS.decode_interactive,
     )
     job.max_chars = model.vocab.chars_for(max(job.inputs_length, job.targets_length))
     if text_files.rereadable(source) and not decode_hp.max_input_length:
         # A regular file can be read twice: size the static input length to its longest
         # line. A pipe, FIFO or stdin is read once, padded to the model's length.
         longest_inputs, longest_targets = decode_lines.scan_lengths(
-            text_files.read_lines(source, source_flag), job, bool(FLAGS.score_file)
+            records(text_files.read_lines(source, source_flag)), job, bool(FLAGS.score_file)
         )
         job.inputs_length = min(job.inputs_length, decode_lines.bucket(longest_inputs))
         if FLAGS.score_file:
@@ -79,7 +96,7 @@ def main() -> None:
         # Decoded text needs no scores; skipping them saves a teacher-forced pass per batch.
         settings = {**params, "compute_scores": bool(FLAGS.score_file)}
         predict = engines.predictor(model, settings, readable, scoring=bool(FLAGS.score_file))
-        lines = text_files.read_lines(source, source_flag)
+        lines = records(text_files.read_lines(source, source_flag))
         with text_files.atomic_output(FLAGS.decode_to_file, "decode_to_file") as out, progress_bar(source) as bar:
             stats = decode_lines.run(lines, out, job, predict, scoring=bool(FLAGS.score_file), progress=bar)
     logging.info("%s", stats.summary())

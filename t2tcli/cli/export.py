@@ -5,12 +5,14 @@ from __future__ import annotations
 from absl import flags, logging
 
 from t2tcli.cli import common
+from t2tcli.errors import UserError
 
 flags.DEFINE_string(
     "export_dir",
     None,
-    "saved_model: base directory, the SavedModel goes into a numbered (timestamp) subdirectory; "
-    "hf: the Hugging Face model directory itself (new or empty).",
+    "saved_model: base directory, the SavedModel goes into a numbered (timestamp) subdirectory (default: "
+    "model_dir/export, where tensorflow2tensor's exporter puts it); hf: the Hugging Face model directory itself "
+    "(new or empty).",
 )
 flags.DEFINE_enum(
     "export_format",
@@ -33,7 +35,11 @@ FLAGS = flags.FLAGS
 
 
 def main() -> None:
-    common.require("model_dir", "export_dir")
+    common.require("model_dir")
+    if not FLAGS.export_dir:
+        if FLAGS.export_format != "saved_model":
+            raise UserError("--export_dir is required with --export_format=hf")
+        FLAGS.export_dir = FLAGS.model_dir.rstrip("/") + "/export"
     from t2tcli.decode import saved_model
     from t2tcli.decode import settings as decode_settings
     from t2tcli.io import preflight

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from absl import flags
 
+from t2tcli.cli.t2t_names import MODEL_HELP
+
 flags.DEFINE_string("problem", None, "Registered problem or mixture name (see --registry_help).")
 flags.DEFINE_string("data_dir", None, "Directory of generated shards, vocabularies and meta files.")
 flags.DEFINE_string("tmp_dir", None, "Directory of raw input files (CSV, TSV, JSONL, TFDS downloads).")
@@ -22,6 +24,7 @@ flags.DEFINE_boolean(
 )
 flags.DEFINE_boolean("registry_help", False, "List registered problems, mixtures and hparams sets, then exit.")
 flags.DEFINE_boolean("hparams_help", False, "Print every hparam of --hparams_set (or --model_dir's run), then exit.")
+flags.DEFINE_string("model", None, MODEL_HELP)
 flags.DEFINE_boolean("progress", None, "Show a progress bar on stderr (default: when stderr is a terminal).")
 
 FLAGS = flags.FLAGS

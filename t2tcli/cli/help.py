@@ -12,6 +12,7 @@ import textwrap
 
 from absl import flags
 
+from t2tcli.cli import t2t_names
 from t2tcli.cli.flags import FLAGS
 
 HELP_FLAGS = ("--help", "-h", "-?", "--helpshort")
@@ -27,7 +28,9 @@ def _flag_lines(module: str) -> list[str]:
     for flag in sorted(FLAGS.flags_by_module_dict().get(module, []), key=lambda f: f.name):
         default = "" if flag.default in (None, "", []) else f" (default: {flag.default_as_str.strip(chr(39))})"
         name = f"--{flag.name}" if not isinstance(flag, flags.BooleanFlag) else f"--[no]{flag.name}"
-        entries.append((name, flag.help.replace("\n", " ") + default))
+        aliases = [a for a in t2t_names.aliases_of(flag.name) if a not in FLAGS]
+        also = f" Also --{', --'.join(aliases)} (tensorflow2tensor's name)." if aliases else ""
+        entries.append((name, flag.help.replace("\n", " ") + also + default))
     width = max((len(name) for name, _ in entries), default=0) + 4
     return [
         textwrap.fill(text, _WIDTH, initial_indent=f"  {name:<{width - 2}}", subsequent_indent=" " * width)

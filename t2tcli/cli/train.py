@@ -8,7 +8,9 @@ from __future__ import annotations
 from absl import flags
 
 from t2tcli.cli import common
+from t2tcli.cli import eval as eval_cli  # its flags serve tensorflow2tensor's evaluating schedules
 from t2tcli.cli.flags import FLAGS, show_progress
+from t2tcli.errors import UserError
 from t2tcli.io import preflight
 from t2tcli.train import trainer
 
@@ -16,9 +18,18 @@ flags.DEFINE_integer(
     "train_steps", 1000, "Train until the global step reaches this; 0 writes the initial weights as step 0."
 )
 flags.DEFINE_integer("save_checkpoints_steps", 1000, "Write a checkpoint every this many steps (and at the end).")
+flags.DEFINE_integer("save_checkpoints_secs", 0, "Write a checkpoint every this many seconds instead (0: by steps).")
 flags.DEFINE_integer("keep_checkpoint_max", 5, "Keep this many most recent checkpoints.")
 flags.DEFINE_integer("log_every_steps", 100, "Log step, loss, learning rate, steps/s and tokens/s this often.")
-flags.DEFINE_enum("schedule", "train", trainer.SCHEDULES, "train, or train_and_evaluate (dev loss every N steps).")
+# tensorflow2tensor's schedules that only evaluate: t2t-eval's work, run by it.
+EVAL_SCHEDULES = ("evaluate", "continuous_eval")
+flags.DEFINE_enum(
+    "schedule",
+    "train",
+    (*trainer.SCHEDULES, *EVAL_SCHEDULES),
+    "train; train_and_evaluate (dev loss every N steps); evaluate (= t2t-eval: the latest checkpoint's metrics); "
+    "continuous_eval (= t2t-eval --wait: each checkpoint of a run as it is written).",
+)
 flags.DEFINE_integer("eval_every_steps", 0, "train_and_evaluate: evaluate this often (0: --save_checkpoints_steps).")
 flags.DEFINE_integer("eval_steps", 0, "Batches per dev evaluation (0: the whole dev split).")
 flags.DEFINE_string(
@@ -34,6 +45,12 @@ flags.DEFINE_string("tpu_topology", "", "TPU topology (2x2, v3-32...); the mesh 
 flags.DEFINE_integer("iterations_per_loop", 100, "TPU steps per host round trip.")
 flags.DEFINE_string("tpu_zone", "", "GCE zone of the TPU (if the resolver cannot infer it).")
 flags.DEFINE_string("gcp_project", "", "GCP project of the TPU (if the resolver cannot infer it).")
+flags.DEFINE_integer(
+    "worker_gpu",
+    None,
+    "tensorflow2tensor's GPUs per worker: N > 1 splits each batch over N GPUs (--mesh_shape=batch:N); 0 or 1 "
+    "runs on one device, as without it.",
+)
 flags.DEFINE_integer("random_seed", None, "Seeds data order and initial weights: a rerun on one machine repeats it.")
 
 _RECORDED = (
@@ -44,6 +61,7 @@ _RECORDED = (
     "model_dir",
     "train_steps",
     "save_checkpoints_steps",
+    "save_checkpoints_secs",
     "keep_checkpoint_max",
     "log_every_steps",
     "schedule",
@@ -60,8 +78,26 @@ _RECORDED = (
 )
 
 
+def _mesh_shape() -> str | None:
+    """--mesh_shape, or the batch split over GPUs that tensorflow2tensor's --worker_gpu asks for."""
+    gpus = FLAGS.worker_gpu
+    if gpus is None or gpus <= 1:
+        if gpus is not None and gpus < 0:
+            raise UserError(f"--worker_gpu={gpus}: a count of GPUs, 0 or more")
+        return FLAGS.mesh_shape
+    if FLAGS.mesh_shape and FLAGS.mesh_shape != f"batch:{gpus}":
+        raise UserError(f"--worker_gpu={gpus} and --mesh_shape={FLAGS.mesh_shape} disagree: give one of them")
+    return f"batch:{gpus}"
+
+
 def main() -> None:
+    if FLAGS.schedule in EVAL_SCHEDULES:
+        FLAGS.wait = FLAGS.wait or FLAGS.schedule == "continuous_eval"
+        eval_cli.main()
+        return
     common.require("model_dir")
+    if FLAGS.save_checkpoints_secs < 0:
+        raise UserError(f"--save_checkpoints_secs={FLAGS.save_checkpoints_secs}: must be 0 or more")
     if FLAGS.problem:
         common.require("data_dir")
     preflight.check_output_dir(FLAGS.model_dir, "model_dir")
@@ -71,10 +107,11 @@ def main() -> None:
         data_dir=FLAGS.data_dir or "",
         model_dir=FLAGS.model_dir,
         hparams=FLAGS.hparams,
-        mesh_shape=FLAGS.mesh_shape,
+        mesh_shape=_mesh_shape(),
         layout=FLAGS.layout,
         train_steps=FLAGS.train_steps,
         save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+        save_checkpoints_secs=FLAGS.save_checkpoints_secs,
         keep_checkpoint_max=FLAGS.keep_checkpoint_max,
         log_every_steps=FLAGS.log_every_steps,
         schedule=FLAGS.schedule,

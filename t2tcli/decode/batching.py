@@ -60,9 +60,18 @@ class Batcher:
     carrying indices through its graph.
     """
 
-    def __init__(self, rows: Iterable[Row], batch_size: int, inputs_length: int, targets_length: int | None) -> None:
+    def __init__(
+        self,
+        rows: Iterable[Row],
+        batch_size: int,
+        inputs_length: int,
+        targets_length: int | None,
+        window_batches: int = SORT_WINDOW_BATCHES,
+    ) -> None:
         self.rows = rows
         self.batch_size = batch_size
+        # Rows read ahead and sorted by length before batching: 1 batch answers each as it comes.
+        self.window_batches = window_batches
         self.inputs_length = inputs_length
         self.targets_length = targets_length
         self.plan: collections.deque[Row | None] = collections.deque()
@@ -78,7 +87,7 @@ class Batcher:
         window: list[Row] = []
         for row in self.rows:
             window.append(row)
-            if len(window) == self.batch_size * SORT_WINDOW_BATCHES:
+            if len(window) == self.batch_size * self.window_batches:
                 yield from self._batches(window)
                 window = []
         yield from self._batches(window)

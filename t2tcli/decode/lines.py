@@ -21,7 +21,7 @@ import numpy as np
 from absl import logging
 
 from t2tcli.data.vocab import EOS_ID, PAD_ID
-from t2tcli.decode.batching import Batcher, PredictFn, Row, fit
+from t2tcli.decode.batching import SORT_WINDOW_BATCHES, Batcher, PredictFn, Row, fit
 from t2tcli.decode.stats import Stats
 from t2tcli.errors import UserError
 from t2tcli.io import text_files
@@ -66,6 +66,8 @@ class LineJob:
     # Text past this many characters is cut before it is tokenized (0: never): a line of
     # megabytes would cost gigabytes to tokenize in full, and only its first tokens are kept.
     max_chars: int = 0
+    # Each line answered before the next is read (--decode_interactive): no read-ahead.
+    interactive: bool = False
 
     def tokens(self, text: str) -> list[int]:
         """The ids of `text`, tokenized no further than `max_chars` characters.
@@ -180,6 +182,7 @@ def run(
         job.batch_size,
         job.inputs_length,
         job.targets_length if scoring else None,
+        window_batches=1 if job.interactive else SORT_WINDOW_BATCHES,
     )
 
     def first_batch() -> None:
@@ -230,3 +233,23 @@ def scan_lengths(lines: Iterable[str], job: LineJob, scoring: bool) -> tuple[int
         if target_text is not None:
             longest_targets = max(longest_targets, len(job.tokens(text_files.unescape(target_text))) + 1)
     return longest_inputs, longest_targets
+
+
+def records(lines: Iterable[str], delimiter: str = "\n", limit: int = -1) -> Iterator[str]:
+    """The decode inputs of an input file's lines: records ending at `delimiter` instead of
+    a newline (a newline inside one becomes a space), only the first `limit` (-1: all):
+    tensorflow2tensor's decode hparams `delimiter` and `num_samples`."""
+    if delimiter != "\n":
+        lines = _split_at(lines, delimiter)
+    return itertools.islice(lines, limit) if limit >= 0 else iter(lines)
+
+
+def _split_at(lines: Iterable[str], delimiter: str) -> Iterator[str]:
+    held = ""
+    for line in lines:
+        parts = (held + line + "\n").split(delimiter)
+        for part in parts[:-1]:
+            yield part.replace("\n", " ").strip()
+        held = parts[-1]
+    if held.strip():
+        yield held.replace("\n", " ").strip()

@@ -38,6 +38,18 @@ DECODE_FLAG_DEFAULTS = {
     "engine": "auto",
     # CTranslate2's weight type: float32 (the TF engines' results), int8, bfloat16, ...
     "quantization": "float32",
+    # tensorflow2tensor's names, so its decode scripts run (t2tcli.cli.decode applies them):
+    # decode only the first num_samples lines (-1: all); records end at `delimiter`
+    # instead of a newline; max_input_size is max_input_length; extra_length sets the
+    # decode length to the input length plus it (where max_decode_length is 0).
+    "num_samples": -1,
+    "delimiter": "\n",
+    "max_input_size": -1,
+    "extra_length": 0,
+    # Every beam's text (tab-separated, best first) and its score: not produced here, so
+    # only False is taken (the value T2T's scripts pass); True is a one-line error.
+    "return_beams": False,
+    "write_beam_scores": False,
 }
 ENGINES = ("auto", "fast", "mesh", "ctranslate2")
 # The engines the model_fn runs (t2tcli.decode.tf_predict).
@@ -68,6 +80,22 @@ def parse_decode_hparams(text: str, model_hparams: HParams | None = None) -> HPa
     """--decode_hparams over the model's decode settings, checked for contradictions."""
     hp = default_decode_hparams(model_hparams).parse(text)
     check(hp.values())
+    for key in ("return_beams", "write_beam_scores"):
+        if hp.get(key):
+            raise UserError(
+                f"--decode_hparams: {key}=True is not supported: the decoders return the best beam only "
+                f"(drop it, or give {key}=False)"
+            )
+    if hp.max_input_size > 0 and not hp.max_input_length:
+        hp.max_input_length = hp.max_input_size
+    if hp.extra_length < 0:
+        raise UserError(f"--decode_hparams: extra_length={hp.extra_length} must be >= 0")
+    if hp.extra_length and not hp.max_decode_length:
+        hp.max_decode_length = (
+            hp.max_input_length or int(model_hparams.inputs_length if model_hparams else 0)
+        ) + hp.extra_length
+    if not hp.delimiter:
+        raise UserError("--decode_hparams: delimiter must not be empty")
     if hp.engine not in ENGINES:
         raise UserError(f"--decode_hparams: engine={hp.engine} is not one of {', '.join(ENGINES)}")
     ct2.known_quantization(hp.quantization)

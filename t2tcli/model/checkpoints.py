@@ -234,8 +234,9 @@ def select(model_dir: str, spec: str) -> list[tuple[int, str]]:
     return [resolve(model_dir, s) for s in steps]
 
 
-def average(model_dir: str, num_last: int, output_dir: str) -> tuple[str, list[int]]:
-    """Averages the float variables of the last `num_last` checkpoints into output_dir.
+def average(model_dir: str, num_last: int, output_dir: str, ending_at: int | None = None) -> tuple[str, list[int]]:
+    """Averages the float variables of the last `num_last` checkpoints (up to step
+    `ending_at` when given: one window of t2t-avg-all's) into output_dir.
 
     Non-float variables (the global step, integer counters) come from the newest
     checkpoint, so training state read from the result matches that checkpoint.
@@ -248,7 +249,7 @@ def average(model_dir: str, num_last: int, output_dir: str) -> tuple[str, list[i
         raise UserError(f"--num_last={num_last}: must be at least 1")
     _check_average_target(model_dir, output_dir)
     with lock.hold(output_dir, "averaged checkpoints"), contextlib.ExitStack() as pins:
-        ckpts = list_checkpoints(model_dir)
+        ckpts = [(step, path) for step, path in list_checkpoints(model_dir) if ending_at is None or step <= ending_at]
         if len(ckpts) < num_last:
             logging.warning("only %d checkpoints in %s; averaging all of them", len(ckpts), model_dir)
         chosen = []

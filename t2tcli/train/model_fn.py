@@ -48,6 +48,7 @@ class TrainSettings:
 
     train_steps: int | None = None
     save_checkpoints_steps: int = 1000
+    save_checkpoints_secs: int = 0  # > 0: a checkpoint every this many seconds instead
     keep_checkpoint_max: int = 5
     log_every_steps: int = 100
     init_checkpoint: str | None = None
@@ -156,7 +157,8 @@ def _train_spec(
             mtf.MtfRestoreHook(lowering),
             tf1.train.CheckpointSaverHook(
                 model_dir,
-                save_steps=train.save_checkpoints_steps,
+                save_steps=None if train.save_checkpoints_secs > 0 else train.save_checkpoints_steps,
+                save_secs=train.save_checkpoints_secs if train.save_checkpoints_secs > 0 else None,
                 saver=saver,
                 listeners=[mtf.MtfCheckpointSaverListener(lowering)],
             ),

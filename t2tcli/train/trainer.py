@@ -47,6 +47,7 @@ class TrainConfig:
     layout: str | None = None
     train_steps: int = 1000
     save_checkpoints_steps: int = 1000
+    save_checkpoints_secs: int = 0
     keep_checkpoint_max: int = 5
     log_every_steps: int = 100
     schedule: str = "train"
@@ -285,6 +286,7 @@ def _train(
             train=model_fn.TrainSettings(
                 train_steps=cfg.train_steps,
                 save_checkpoints_steps=cfg.save_checkpoints_steps,
+                save_checkpoints_secs=cfg.save_checkpoints_secs,
                 keep_checkpoint_max=cfg.keep_checkpoint_max,
                 log_every_steps=cfg.log_every_steps,
                 init_checkpoint=init or None,

@@ -1,0 +1,157 @@
+"""tensorflow2tensor's binaries, flag names and decode hparams, as its users' scripts use them."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO, run_binary
+from test_faults import assert_fails_in_one_line
+from toy_model import toy_model  # noqa: F401  (session fixture)
+
+# In the shape of tensorflow2tensor's README walkthrough and the decode scripts its users
+# publish; only the problem and hparams set are ones t2tcli registers.
+T2T_SCRIPT = r"""
+set -euo pipefail
+PROBLEM=copy_sequence
+MODEL=transformer
+HPARAMS=mtf_transformer_tiny
+DATA_DIR=$PWD/t2t_data
+TMP_DIR=$PWD/t2t_datagen
+TRAIN_DIR=$PWD/t2t_train/$PROBLEM/$MODEL-$HPARAMS
+USR_DIR=$PWD/usr
+mkdir -p $DATA_DIR $TMP_DIR $TRAIN_DIR $USR_DIR
+touch $USR_DIR/__init__.py
+
+t2t-datagen --data_dir=$DATA_DIR --tmp_dir=$TMP_DIR --problem=$PROBLEM
+
+t2t-trainer --data_dir=$DATA_DIR --problems=$PROBLEM --model=$MODEL --hparams_set=$HPARAMS \
+  --output_dir=$TRAIN_DIR --t2t_usr_dir=$USR_DIR --train_steps=40 --save_checkpoints_steps=10 \
+  --keep_checkpoint_max=10 --worker_gpu=1 --eval_steps=2 --schedule=train_and_evaluate
+
+printf 'a b c\nd e f g\nh i\n' > decode_this.txt
+BEAM_SIZE=4
+ALPHA=0.6
+t2t-decoder --data_dir=$DATA_DIR --problem=$PROBLEM --model=$MODEL --hparams_set=$HPARAMS \
+  --output_dir=$TRAIN_DIR --t2t_usr_dir=$USR_DIR \
+  --decode_hparams="beam_size=$BEAM_SIZE,alpha=$ALPHA,return_beams=False,write_beam_scores=False" \
+  --decode_from_file=decode_this.txt --decode_to_file=translation.txt
+
+t2t-bleu --translation=translation.txt --reference=decode_this.txt > bleu.txt
+t2t-avg-all --model_dir=$TRAIN_DIR --output_dir=$PWD/averaged --n=2 --min_steps=20
+t2t-exporter --model=$MODEL --hparams_set=$HPARAMS --problem=$PROBLEM --data_dir=$DATA_DIR --output_dir=$TRAIN_DIR \
+  --t2t_usr_dir=$USR_DIR
+"""
+
+
+def test_a_tensor2tensor_script_runs_unchanged(tmp_path):
+    env = dict(
+        os.environ, PATH=os.pathsep.join([str(REPO / "bin"), os.path.dirname(sys.executable), os.environ["PATH"]])
+    )
+    done = subprocess.run(
+        ["bash", "-c", T2T_SCRIPT], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    train_dir = tmp_path / "t2t_train" / "copy_sequence" / "transformer-mtf_transformer_tiny"
+    run = json.loads((train_dir / "run.json").read_text())
+    assert run["flags"]["model_dir"] == str(train_dir) and run["flags"]["usr_dir"] == [str(tmp_path / "usr")]
+    assert len((tmp_path / "translation.txt").read_text().splitlines()) == 3
+    assert re.fullmatch(r"BLEU_uncased = +\d+\.\d\d\nBLEU_cased = +\d+\.\d\d\n", (tmp_path / "bleu.txt").read_text())
+    averaged = sorted(p.name for p in (tmp_path / "averaged").glob("model.ckpt-*.index"))
+    assert averaged == ["model.ckpt-20.index", "model.ckpt-30.index", "model.ckpt-40.index"]
+    assert json.loads((tmp_path / "averaged" / "averaged_from.json").read_text())["steps"] == [30, 40]
+    assert list((train_dir / "export").glob("*/saved_model.pb")), "the exporter's default place: model_dir/export"
+
+
+def test_a_flag_under_both_names_or_an_unknown_model_is_one_line(tmp_path):
+    both = run_binary("t2t-train", f"--output_dir={tmp_path / 'a'}", f"--model_dir={tmp_path / 'b'}")
+    assert_fails_in_one_line(both, "--output_dir and --model_dir are one flag (--model_dir)")
+    model = run_binary("t2t-trainer", "--model=lstm_seq2seq", f"--output_dir={tmp_path / 'a'}", "--problem=x")
+    assert_fails_in_one_line(model, "--model=lstm_seq2seq", "--model=transformer or --model=mtf_transformer")
+    gpus = run_binary("t2t-trainer", "--worker_gpu=2", "--mesh_shape=batch:4", f"--output_dir={tmp_path / 'c'}")
+    assert_fails_in_one_line(gpus, "--worker_gpu=2 and --mesh_shape=batch:4 disagree")
+    assert not any((tmp_path / name).exists() for name in "abc")
+
+
+def test_help_lists_the_aliases_under_their_flags():
+    shown = run_binary("t2t-trainer", "--help").stdout
+    model_dir = re.search(r"\n  --model_dir +(.*?)\n  --", shown, re.S)
+    assert model_dir and "Also --output_dir (tensorflow2tensor's name)" in " ".join(model_dir.group(1).split())
+    assert "--t2t_usr_dir" in shown and "--schedule" in shown and "continuous_eval" in shown
+    own = run_binary("t2t-avg-checkpoints", "--help").stdout
+    assert "Also --output_dir" not in " ".join(own.split()), "its own --output_dir is no alias"
+
+
+def test_bleu_prints_t2t_lines_cased_and_uncased(tmp_path):
+    (tmp_path / "hyp.txt").write_text("The cat sat on the mat.\nIt rained, all day.\n")
+    (tmp_path / "ref.txt").write_text("the cat sat on the mat.\nIt rained, all day.\n")
+    shown = run_binary("t2t-bleu", f"--translation={tmp_path / 'hyp.txt'}", f"--reference={tmp_path / 'ref.txt'}")
+    assert shown.returncode == 0, shown.stderr
+    uncased, cased = (float(line.split("=")[1]) for line in shown.stdout.splitlines())
+    assert uncased == 100.0 and 0 < cased < 100.0
+    (tmp_path / "short.txt").write_text("one line\n")
+    bad = run_binary("t2t-bleu", f"--translation={tmp_path / 'short.txt'}", f"--reference={tmp_path / 'ref.txt'}")
+    assert_fails_in_one_line(bad, "1 translated lines but 2 reference lines")
+
+
+def test_t2t_decode_hparams(toy_model, tmp_path):  # noqa: F811
+    lines = tmp_path / "in.txt"
+    lines.write_text("a b c\nd e\nf g h\ni\n")
+    out = tmp_path / "out.txt"
+    base = [f"--output_dir={toy_model['model_dir']}", f"--decode_from_file={lines}", f"--decode_to_file={out}"]
+    assert run_binary("t2t-decoder", *base, "--decode_hparams=num_samples=2,max_input_size=16").returncode == 0
+    assert out.read_text().split("\n")[:-1] == ["a b c", "d e"], "the first two lines, copied"
+    records = tmp_path / "records.txt"
+    records.write_text("a b|c d\ne|f\n")
+    split = [f"--output_dir={toy_model['model_dir']}", f"--decode_from_file={records}", f"--decode_to_file={out}"]
+    assert run_binary("t2t-decoder", *split, "--decode_hparams=delimiter=|").returncode == 0
+    assert out.read_text().split("\n")[:-1] == ["a b", "c d e", "f"]
+    beams = run_binary("t2t-decoder", *base, "--decode_hparams=beam_size=2,return_beams=True")
+    assert_fails_in_one_line(beams, "return_beams=True is not supported")
+    unknown = run_binary("t2t-decoder", *base, "--decode_hparams=return_beam=False")
+    assert_fails_in_one_line(unknown, "unknown hparam 'return_beam'", "return_beams")
+
+
+def test_decode_interactive_answers_each_line_before_the_next(toy_model):  # noqa: F811
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "bin" / "t2t-decoder"), f"--output_dir={toy_model['model_dir']}",
+         "--decode_interactive"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        answers = []
+        for line in ("a b c", "d e f g"):
+            proc.stdin.write(line + "\n")
+            proc.stdin.flush()
+            deadline = time.monotonic() + 120
+            ready = []
+            while not ready and time.monotonic() < deadline:
+                ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+            assert ready, f"no answer to {line!r} while stdin stays open"
+            answers.append(proc.stdout.readline().rstrip("\n"))
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+    assert answers == ["a b c", "d e f g"]
+
+
+def test_trainer_schedule_evaluate_runs_t2t_eval(toy_model, tmp_path):  # noqa: F811
+    results = tmp_path / "eval"
+    args = [f"--output_dir={toy_model['model_dir']}", "--max_examples=20", f"--eval_dir={results}"]
+    done = run_binary("t2t-trainer", "--schedule=evaluate", *args)
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads((results / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record["step"] == 400 and record["problem"] == "copy_sequence"
+
+
+@pytest.mark.parametrize("binary", ["t2t-trainer", "t2t-decoder", "t2t-exporter", "t2t-avg-all", "t2t-bleu"])
+def test_t2t_binary_names_start(binary):
+    shown = run_binary(binary, "--help")
+    assert shown.returncode == 0 and "flags:" in shown.stdout
