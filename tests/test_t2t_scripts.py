@@ -1,4 +1,4 @@
-"""tensorflow2tensor's binaries, flag names and decode hparams, as its users' scripts use them."""
+"""tensor2tensor's binaries, flag names and decode hparams, as its users' scripts use them."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from conftest import REPO, run_binary
 from test_faults import assert_fails_in_one_line
 from toy_model import toy_model  # noqa: F401  (session fixture)
 
-# In the shape of tensorflow2tensor's README walkthrough and the decode scripts its users
+# In the shape of tensor2tensor's README walkthrough and the decode scripts its users
 # publish; only the problem and hparams set are ones t2tcli registers.
 T2T_SCRIPT = r"""
 set -euo pipefail
@@ -82,7 +82,7 @@ def test_a_flag_under_both_names_or_an_unknown_model_is_one_line(tmp_path):
 def test_help_lists_the_aliases_under_their_flags():
     shown = run_binary("t2t-trainer", "--help").stdout
     model_dir = re.search(r"\n  --model_dir +(.*?)\n  --", shown, re.S)
-    assert model_dir and "Also --output_dir (tensorflow2tensor's name)" in " ".join(model_dir.group(1).split())
+    assert model_dir and "Also --output_dir (tensor2tensor's name)" in " ".join(model_dir.group(1).split())
     assert "--t2t_usr_dir" in shown and "--schedule" in shown and "continuous_eval" in shown
     own = run_binary("t2t-avg-checkpoints", "--help").stdout
     assert "Also --output_dir" not in " ".join(own.split()), "its own --output_dir is no alias"
@@ -102,11 +102,16 @@ def test_bleu_prints_t2t_lines_cased_and_uncased(tmp_path):
 
 def test_t2t_decode_hparams(toy_model, tmp_path):  # noqa: F811
     lines = tmp_path / "in.txt"
-    lines.write_text("a b c\nd e\nf g h\ni\n")
+    lines.write_text("a b c d e\nf g h i j\nf g h\ni\n")
     out = tmp_path / "out.txt"
     base = [f"--output_dir={toy_model['model_dir']}", f"--decode_from_file={lines}", f"--decode_to_file={out}"]
     assert run_binary("t2t-decoder", *base, "--decode_hparams=num_samples=2,max_input_size=16").returncode == 0
-    assert out.read_text().split("\n")[:-1] == ["a b c", "d e"], "the first two lines, copied"
+    assert out.read_text().split("\n")[:-1] == ["a b c d e", "f g h i j"], "the first two lines, copied"
+    (tmp_path / "ref.txt").write_text("a b c d e\nf g h i j\n")
+    scored = run_binary(
+        "t2t-decoder", *base, "--decode_hparams=num_samples=2", f"--decode_reference={tmp_path / 'ref.txt'}"
+    )
+    assert scored.returncode == 0 and "BLEU_uncased = 100.00" in scored.stderr, scored.stderr[-2000:]
     records = tmp_path / "records.txt"
     records.write_text("a b|c d\ne|f\n")
     split = [f"--output_dir={toy_model['model_dir']}", f"--decode_from_file={records}", f"--decode_to_file={out}"]

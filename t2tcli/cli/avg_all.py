@@ -1,4 +1,4 @@
-"""t2t-avg-all: tensorflow2tensor's sliding-window average over a whole run.
+"""t2t-avg-all: tensor2tensor's sliding-window average over a whole run.
 
 For every checkpoint of --model_dir from --min_steps on, the average of it and the
 --n - 1 checkpoints before it is written to --output_dir as a checkpoint of the same

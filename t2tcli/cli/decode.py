@@ -30,6 +30,12 @@ flags.DEFINE_boolean(
     "Read a line from stdin, print its decode at once, until EOF (--decode_from_file=- one line at a time).",
 )
 flags.DEFINE_string(
+    "decode_reference",
+    None,
+    "Reference translations, a line per input line: once decoded, --decode_to_file's BLEU against them is logged "
+    "as t2t-bleu prints it.",
+)
+flags.DEFINE_string(
     "score_file", None, "Lines 'input<TAB>target'; writes the log-likelihood of each target to --decode_to_file."
 )
 
@@ -42,6 +48,8 @@ def main() -> None:
         if FLAGS.decode_from_file not in (None, "-") or FLAGS.score_file or FLAGS.decode_to_file != "-":
             raise UserError("--decode_interactive reads stdin and writes stdout: drop the file flags")
         FLAGS.decode_from_file = "-"
+    if FLAGS.decode_reference and (FLAGS.decode_to_file == "-" or FLAGS.score_file):
+        raise UserError("--decode_reference scores a decode written to a file: give --decode_to_file=FILE")
     if bool(FLAGS.decode_from_file) == bool(FLAGS.score_file):
         raise UserError("pass exactly one of --decode_from_file and --score_file")
     from t2tcli.decode import engines
@@ -100,6 +108,13 @@ def main() -> None:
         with text_files.atomic_output(FLAGS.decode_to_file, "decode_to_file") as out, progress_bar(source) as bar:
             stats = decode_lines.run(lines, out, job, predict, scoring=bool(FLAGS.score_file), progress=bar)
     logging.info("%s", stats.summary())
+    if FLAGS.decode_reference:
+        from t2tcli.evaluate import metrics
+
+        translation = list(text_files.read_lines(FLAGS.decode_to_file, "decode_to_file"))
+        reference = list(text_files.read_lines(FLAGS.decode_reference, "decode_reference"))
+        for line in metrics.t2t_bleu_lines(translation, reference):
+            logging.info("%s", line)
 
 
 class progress_bar:  # noqa: N801 - used like a function in a with statement

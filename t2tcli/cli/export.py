@@ -11,7 +11,7 @@ flags.DEFINE_string(
     "export_dir",
     None,
     "saved_model: base directory, the SavedModel goes into a numbered (timestamp) subdirectory (default: "
-    "model_dir/export, where tensorflow2tensor's exporter puts it); hf: the Hugging Face model directory itself "
+    "model_dir/export, where tensor2tensor's exporter puts it); hf: the Hugging Face model directory itself "
     "(new or empty).",
 )
 flags.DEFINE_enum(

@@ -29,7 +29,7 @@ def _flag_lines(module: str) -> list[str]:
         default = "" if flag.default in (None, "", []) else f" (default: {flag.default_as_str.strip(chr(39))})"
         name = f"--{flag.name}" if not isinstance(flag, flags.BooleanFlag) else f"--[no]{flag.name}"
         aliases = [a for a in t2t_names.aliases_of(flag.name) if a not in FLAGS]
-        also = f" Also --{', --'.join(aliases)} (tensorflow2tensor's name)." if aliases else ""
+        also = f" Also --{', --'.join(aliases)} (tensor2tensor's name)." if aliases else ""
         entries.append((name, flag.help.replace("\n", " ") + also + default))
     width = max((len(name) for name, _ in entries), default=0) + 4
     return [

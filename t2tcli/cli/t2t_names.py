@@ -1,4 +1,4 @@
-"""tensorflow2tensor's flag names, accepted beside ours so its users' scripts run unchanged.
+"""tensor2tensor's flag names, accepted beside ours so its users' scripts run unchanged.
 
 An alias is rewritten to the flag it names before absl parses the command line, so
 every later check, message and run record speaks of one flag. A flag given under both
@@ -20,10 +20,10 @@ ALIASES: dict[str, str] = {
     "problems": "problem",
 }
 
-# tensorflow2tensor's --model values that name the model t2tcli trains.
+# tensor2tensor's --model values that name the model t2tcli trains.
 MODELS = ("transformer", "mtf_transformer")
 MODEL_HELP = (
-    "tensorflow2tensor's model name, accepted for its scripts: transformer or mtf_transformer (both are the one "
+    "tensor2tensor's model name, accepted for its scripts: transformer or mtf_transformer (both are the one "
     "model t2tcli has, mesh-tf's encoder-decoder Transformer; its size is --hparams_set's)"
 )
 
@@ -60,7 +60,7 @@ def rewrite(argv: Sequence[str], defined: set[str]) -> list[str]:
 
 
 def check_model(model: str | None) -> None:
-    """--model: tensorflow2tensor's model names for the Transformer pass; any other is one line."""
+    """--model: tensor2tensor's model names for the Transformer pass; any other is one line."""
     if model is not None and model not in MODELS:
         raise UserError(
             f"--model={model}: t2tcli has one model, mesh-tf's encoder-decoder Transformer (--model="

@@ -8,7 +8,7 @@ from __future__ import annotations
 from absl import flags
 
 from t2tcli.cli import common
-from t2tcli.cli import eval as eval_cli  # its flags serve tensorflow2tensor's evaluating schedules
+from t2tcli.cli import eval as eval_cli  # its flags serve tensor2tensor's evaluating schedules
 from t2tcli.cli.flags import FLAGS, show_progress
 from t2tcli.errors import UserError
 from t2tcli.io import preflight
@@ -21,7 +21,7 @@ flags.DEFINE_integer("save_checkpoints_steps", 1000, "Write a checkpoint every t
 flags.DEFINE_integer("save_checkpoints_secs", 0, "Write a checkpoint every this many seconds instead (0: by steps).")
 flags.DEFINE_integer("keep_checkpoint_max", 5, "Keep this many most recent checkpoints.")
 flags.DEFINE_integer("log_every_steps", 100, "Log step, loss, learning rate, steps/s and tokens/s this often.")
-# tensorflow2tensor's schedules that only evaluate: t2t-eval's work, run by it.
+# tensor2tensor's schedules that only evaluate: t2t-eval's work, run by it.
 EVAL_SCHEDULES = ("evaluate", "continuous_eval")
 flags.DEFINE_enum(
     "schedule",
@@ -48,7 +48,7 @@ flags.DEFINE_string("gcp_project", "", "GCP project of the TPU (if the resolver 
 flags.DEFINE_integer(
     "worker_gpu",
     None,
-    "tensorflow2tensor's GPUs per worker: N > 1 splits each batch over N GPUs (--mesh_shape=batch:N); 0 or 1 "
+    "tensor2tensor's GPUs per worker: N > 1 splits each batch over N GPUs (--mesh_shape=batch:N); 0 or 1 "
     "runs on one device, as without it.",
 )
 flags.DEFINE_integer("random_seed", None, "Seeds data order and initial weights: a rerun on one machine repeats it.")
@@ -79,7 +79,7 @@ _RECORDED = (
 
 
 def _mesh_shape() -> str | None:
-    """--mesh_shape, or the batch split over GPUs that tensorflow2tensor's --worker_gpu asks for."""
+    """--mesh_shape, or the batch split over GPUs that tensor2tensor's --worker_gpu asks for."""
     gpus = FLAGS.worker_gpu
     if gpus is None or gpus <= 1:
         if gpus is not None and gpus < 0:

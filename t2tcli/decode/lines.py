@@ -238,7 +238,7 @@ def scan_lengths(lines: Iterable[str], job: LineJob, scoring: bool) -> tuple[int
 def records(lines: Iterable[str], delimiter: str = "\n", limit: int = -1) -> Iterator[str]:
     """The decode inputs of an input file's lines: records ending at `delimiter` instead of
     a newline (a newline inside one becomes a space), only the first `limit` (-1: all):
-    tensorflow2tensor's decode hparams `delimiter` and `num_samples`."""
+    tensor2tensor's decode hparams `delimiter` and `num_samples`."""
     if delimiter != "\n":
         lines = _split_at(lines, delimiter)
     return itertools.islice(lines, limit) if limit >= 0 else iter(lines)

@@ -38,7 +38,7 @@ DECODE_FLAG_DEFAULTS = {
     "engine": "auto",
     # CTranslate2's weight type: float32 (the TF engines' results), int8, bfloat16, ...
     "quantization": "float32",
-    # tensorflow2tensor's names, so its decode scripts run (t2tcli.cli.decode applies them):
+    # tensor2tensor's names, so its decode scripts run (t2tcli.cli.decode applies them):
     # decode only the first num_samples lines (-1: all); records end at `delimiter`
     # instead of a newline; max_input_size is max_input_length; extra_length sets the
     # decode length to the input length plus it (where max_decode_length is 0).

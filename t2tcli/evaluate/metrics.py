@@ -100,6 +100,20 @@ METRICS: dict[str, MetricFn] = {
 }
 
 
+def t2t_bleu_lines(translation: Sequence[str], reference: Sequence[str]) -> list[str]:
+    """tensor2tensor's t2t-bleu output for these sentences: BLEU with sacreBLEU's
+    international tokenization (T2T's bleu_tokenize), lowercased and cased."""
+    import sacrebleu
+
+    if len(translation) != len(reference):
+        raise UserError(f"{len(translation)} translated lines but {len(reference)} reference lines")
+    scores = {
+        case: sacrebleu.corpus_bleu(list(translation), [list(reference)], tokenize="intl", lowercase=case == "uncased")
+        for case in ("uncased", "cased")
+    }
+    return [f"BLEU_{case} = {score.score:6.2f}" for case, score in scores.items()]
+
+
 def token_accuracy(targets: Sequence[Sequence[int]], predictions: Sequence[Sequence[int]]) -> dict[str, float]:
     """Percentage of target vocabulary tokens the decode has at the same position.
 
