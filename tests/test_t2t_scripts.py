@@ -117,8 +117,18 @@ def test_t2t_decode_hparams(toy_model, tmp_path):  # noqa: F811
     split = [f"--output_dir={toy_model['model_dir']}", f"--decode_from_file={records}", f"--decode_to_file={out}"]
     assert run_binary("t2t-decoder", *split, "--decode_hparams=delimiter=|").returncode == 0
     assert out.read_text().split("\n")[:-1] == ["a b", "c d e", "f"]
-    beams = run_binary("t2t-decoder", *base, "--decode_hparams=beam_size=2,return_beams=True")
-    assert_fails_in_one_line(beams, "return_beams=True is not supported")
+    beams = run_binary("t2t-decoder", *base, "--decode_hparams=beam_size=3,return_beams=True,num_samples=2")
+    assert beams.returncode == 0, beams.stderr[-2000:]
+    texts = [line.split("\t") for line in out.read_text().splitlines()]
+    assert [len(row) for row in texts] == [3, 3] and [row[0] for row in texts] == ["a b c d e", "f g h i j"]
+    assert all(len(set(row)) == 3 for row in texts), "three different hypotheses, best first"
+    scored = run_binary("t2t-decoder", *base, "--decode_hparams=beam_size=3,return_beams=True,write_beam_scores=True")
+    assert scored.returncode == 0, scored.stderr[-2000:]
+    rows = [line.split("\t") for line in out.read_text().splitlines()]
+    assert [row[0::2] for row in rows[:2]] == texts, "each beam followed by its score"
+    assert all(float(score) < 0 for row in rows for score in row[1::2])
+    refused = run_binary("t2t-eval", f"--model_dir={toy_model['model_dir']}", "--decode_hparams=return_beams=True")
+    assert_fails_in_one_line(refused, "return_beams is t2t-decode's; t2t-eval scores the best decode")
     unknown = run_binary("t2t-decoder", *base, "--decode_hparams=return_beam=False")
     assert_fails_in_one_line(unknown, "unknown hparam 'return_beam'", "return_beams")
 

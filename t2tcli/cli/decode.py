@@ -80,6 +80,7 @@ def main() -> None:
         format_input=decode_lines.input_formatter(model.problem, FLAGS.raw_inputs),
         source_name=source if source != "-" else "<stdin>",
         interactive=FLAGS.decode_interactive,
+        beam_scores=decode_hp.write_beam_scores,
     )
     job.max_chars = model.vocab.chars_for(max(job.inputs_length, job.targets_length))
     if text_files.rereadable(source) and not decode_hp.max_input_length:
@@ -102,7 +103,7 @@ def main() -> None:
             ", ".join(f"{k}={v}" for k, v in params.items()),
         )
         # Decoded text needs no scores; skipping them saves a teacher-forced pass per batch.
-        settings = {**params, "compute_scores": bool(FLAGS.score_file)}
+        settings = {**params, "compute_scores": bool(FLAGS.score_file) or decode_hp.write_beam_scores}
         predict = engines.predictor(model, settings, readable, scoring=bool(FLAGS.score_file))
         lines = records(text_files.read_lines(source, source_flag))
         with text_files.atomic_output(FLAGS.decode_to_file, "decode_to_file") as out, progress_bar(source) as bar:

@@ -48,6 +48,7 @@ def main() -> None:
         following.wait_for_run(FLAGS.model_dir, FLAGS.wait_timeout, FLAGS.wait_poll_seconds)
     model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams, FLAGS.trust_usr_dir)
     decode_hp = decode_settings.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
+    decode_settings.refuse_beam_output(decode_hp, "t2t-eval scores the best decode")
     selected = [] if FLAGS.wait else checkpoints.select(FLAGS.model_dir, FLAGS.checkpoint)
     data_dir = FLAGS.data_dir or model.info.data_dir
     if model.problem is None or not data_dir:

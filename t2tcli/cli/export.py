@@ -49,6 +49,7 @@ def main() -> None:
 
     model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams, FLAGS.trust_usr_dir)
     decode_hp = decode_settings.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
+    decode_settings.refuse_beam_output(decode_hp, "the SavedModel returns the best decode")
     with checkpoints.reading(FLAGS.model_dir, FLAGS.checkpoint_path) as (step, checkpoint, readable):
         logging.info("exporting checkpoint %s (step %d)", checkpoint, step)
         if FLAGS.export_format == "hf":

@@ -68,6 +68,9 @@ class LineJob:
     max_chars: int = 0
     # Each line answered before the next is read (--decode_interactive): no read-ahead.
     interactive: bool = False
+    # tensor2tensor's output forms: a line holds every beam, tab-separated, best first
+    # (return_beams), each followed by its score (write_beam_scores).
+    beam_scores: bool = False
 
     def tokens(self, text: str) -> list[int]:
         """The ids of `text`, tokenized no further than `max_chars` characters.
@@ -156,10 +159,18 @@ def _text(prediction: dict[str, Any], job: LineJob, stats: Stats, scoring: bool)
     """A row's output line: its score when scoring, else its decoded text (escaped)."""
     if scoring:
         return f"{float(prediction['scores']):.6g}"
-    ids = [int(i) for i in np.asarray(prediction["outputs"]).reshape(-1)]
-    n = ids.index(EOS_ID) if EOS_ID in ids else len(ids)
-    stats.output_tokens += sum(1 for i in ids[:n] if i != PAD_ID)
-    return text_files.escape(job.decode(ids))
+    outputs = np.asarray(prediction["outputs"])
+    beams = outputs.reshape(-1, outputs.shape[-1])  # one row, or every beam of return_beams
+    scores = np.asarray(prediction.get("scores", 0.0), dtype=np.float64).reshape(-1)
+    fields = []
+    for rank, row in enumerate(beams.tolist()):
+        if rank == 0:
+            n = row.index(EOS_ID) if EOS_ID in row else len(row)
+            stats.output_tokens += sum(1 for i in row[:n] if i != PAD_ID)
+        fields.append(text_files.escape(job.decode(row), tabs=len(beams) > 1 or job.beam_scores))
+        if job.beam_scores:
+            fields.append(f"{scores[min(rank, len(scores) - 1)]:.6g}")
+    return "\t".join(fields)
 
 
 def run(

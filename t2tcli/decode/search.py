@@ -200,9 +200,14 @@ def _length_penalty(length: tf.Tensor, alpha: float) -> tf.Tensor:
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
-def beam_search(w: Weights, inputs: tf.Tensor, length: int, beam_size: int, alpha: float) -> Decoded:
+def beam_search(
+    w: Weights, inputs: tf.Tensor, length: int, beam_size: int, alpha: float, all_beams: bool = False
+) -> Decoded:
     """Beam search: each input's best finished hypothesis, by log-probability /
-    ((5 + length) / 6) ** alpha, and its score as teacher forcing computes it.
+    ((5 + length) / 6) ** alpha, and its score as teacher forcing computes it. With
+    `all_beams`, each input's `beam_size` hypotheses, best first (ids [batch, k, length],
+    scores [batch, k]): the finished ones by that ranking, then unfinished ones by
+    log-probability, as many as it takes.
 
     An input with no hypothesis ending in EOS within `length` steps gets its most
     probable unfinished one. An input is settled when none of its unfinished hypotheses
@@ -217,17 +222,26 @@ def beam_search(w: Weights, inputs: tf.Tensor, length: int, beam_size: int, alph
     stepper = Stepper(w, encode(w, inputs), length, beams=k)
     blocks = logits_blocks(w, batch * k)
     neg = tf.constant(-1e30)
+    beams_dim = [k] if all_beams else []
 
     def settled(beams: Beams) -> tf.Tensor:
         return beams.fin_score[:, 0] >= beams.alive_logp[:, 0] / _length_penalty(length, alpha)
 
     def best(beams: Beams, which: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
         """(ids, scores) of the inputs `which` (None: all): the best finished hypothesis,
-        else the most probable unfinished one."""
-        fields = (beams.alive_ids, beams.alive_kept, beams.fin_ids, beams.fin_score, beams.fin_logp)
+        else the most probable unfinished one; with `all_beams`, k of them, best first."""
+        fields = (beams.alive_ids, beams.alive_logp, beams.alive_kept, beams.fin_ids, beams.fin_score, beams.fin_logp)
         if which is not None:
             fields = tuple(tf.gather(t, which) for t in fields)
-        alive_ids, alive_kept, fin_ids, fin_score, fin_logp = fields
+        alive_ids, alive_logp, alive_kept, fin_ids, fin_score, fin_logp = fields
+        if all_beams:
+            # Both lists are sorted already (top_k made them): the finished hypotheses
+            # first, then as many unfinished ones as it takes to make k.
+            done = tf.reduce_sum(tf.cast(fin_score > neg / 2, tf.int32), axis=1, keepdims=True)
+            place = tf.range(k)[None, :]
+            order = tf.where(place < done, place, k + place - done)
+            ids = tf.gather(tf.concat([fin_ids, alive_ids], axis=1), order, batch_dims=1)
+            return ids, tf.gather(tf.concat([fin_logp, alive_kept], axis=1), order, batch_dims=1)
         finished = fin_score[:, 0] > neg / 2
         ids = tf.where(finished[:, None], fin_ids[:, 0], alive_ids[:, 0])
         return ids, tf.where(finished, fin_logp[:, 0], alive_kept[:, 0])
@@ -278,7 +292,7 @@ def beam_search(w: Weights, inputs: tf.Tensor, length: int, beam_size: int, alph
     initial = Loop(
         tf.constant(0),
         tf.constant(0),
-        Answers(tf.zeros([batch, length], tf.int32), tf.zeros([batch], tf.float32)),
+        Answers(tf.zeros([batch, *beams_dim, length], tf.int32), tf.zeros([batch, *beams_dim], tf.float32)),
         Beams(
             tf.range(batch * k),
             tf.zeros([batch, k, length], tf.int32),
@@ -301,6 +315,7 @@ def decode(w: Weights, inputs: tf.Tensor, settings: dict[str, Any], length: int)
     """The decode the model_fn's decode settings ask for (see t2tcli.train.model_fn); with
     `compute_scores` false, greedy and sampled decodes leave their scores 0."""
     if int(settings["beam_size"]) > 1:
-        return beam_search(w, inputs, length, int(settings["beam_size"]), float(settings["alpha"]))
+        beam_size, alpha = int(settings["beam_size"]), float(settings["alpha"])
+        return beam_search(w, inputs, length, beam_size, alpha, bool(settings.get("return_beams", False)))
     temperature, top_k = float(settings["temperature"]), int(settings["top_k"])
     return sample(w, inputs, length, temperature, top_k, bool(settings.get("compute_scores", True)))

@@ -46,8 +46,8 @@ DECODE_FLAG_DEFAULTS = {
     "delimiter": "\n",
     "max_input_size": -1,
     "extra_length": 0,
-    # Every beam's text (tab-separated, best first) and its score: not produced here, so
-    # only False is taken (the value T2T's scripts pass); True is a one-line error.
+    # t2t-decode writes every beam's text, tab-separated, best first (the fast engine's
+    # beam search), and with write_beam_scores each text followed by its score.
     "return_beams": False,
     "write_beam_scores": False,
 }
@@ -80,12 +80,6 @@ def parse_decode_hparams(text: str, model_hparams: HParams | None = None) -> HPa
     """--decode_hparams over the model's decode settings, checked for contradictions."""
     hp = default_decode_hparams(model_hparams).parse(text)
     check(hp.values())
-    for key in ("return_beams", "write_beam_scores"):
-        if hp.get(key):
-            raise UserError(
-                f"--decode_hparams: {key}=True is not supported: the decoders return the best beam only "
-                f"(drop it, or give {key}=False)"
-            )
     if hp.max_input_size > 0 and not hp.max_input_length:
         hp.max_input_length = hp.max_input_size
     if hp.extra_length < 0:
@@ -102,9 +96,16 @@ def parse_decode_hparams(text: str, model_hparams: HParams | None = None) -> HPa
     return hp
 
 
+def refuse_beam_output(hp: HParams, why: str) -> None:
+    """t2t-decode's output forms return_beams and write_beam_scores, refused elsewhere in one line."""
+    for key in ("return_beams", "write_beam_scores"):
+        if hp.get(key):
+            raise UserError(f"--decode_hparams: {key} is t2t-decode's; {why}")
+
+
 def estimator_params(hp: HParams) -> dict[str, Any]:
     """The decode settings the engines read, from --decode_hparams."""
-    return {k: hp.get(k) for k in (*DECODE_KEYS, "engine", "quantization")}
+    return {k: hp.get(k) for k in (*DECODE_KEYS, "engine", "quantization", "return_beams")}
 
 
 def tf_engine(hp: HParams, requested: str, use_tpu: bool = False) -> tuple[str, str]:
@@ -159,6 +160,12 @@ def choose(model: LoadedModel, decode: Mapping[str, Any], scoring: bool = False)
 
     hp = model.hparams
     requested = decode.get("engine", "auto")
+    if decode.get("return_beams") and not scoring:
+        if requested not in ("auto", "fast") or meshlib.spec_from_hparams(hp).size > 1:
+            raise UserError(
+                f"--decode_hparams: return_beams runs on the fast engine, one device; not engine={requested}"
+            )
+        return "fast", "return_beams: every beam of the fast engine's beam search"
     if requested == "auto" and decode.get("quantization", "float32") != "float32":
         requested = "ctranslate2"  # a quantization is CTranslate2's to run
     spec = meshlib.spec_from_hparams(hp)

@@ -53,12 +53,12 @@ def _fast_predict_spec(hp: HParams, vocab_size: int, features: dict[str, tf.Tens
         per_row = {
             "decode_steps": decoded.steps,
             "decode_row_steps": decoded.row_steps,
-            "decode_loop_rows": tf.size(decoded.scores) * max(int(decode["beam_size"]), 1),
+            "decode_loop_rows": tf.shape(decoded.scores)[0] * max(int(decode["beam_size"]), 1),
         }
         predictions = {
             "outputs": decoded.ids,
             "scores": decoded.scores,
-            **{key: tf.fill(tf.shape(decoded.scores), value) for key, value in per_row.items()},
+            **{key: tf.fill(tf.shape(decoded.scores)[:1], value) for key, value in per_row.items()},
         }
     return tf.estimator.EstimatorSpec(mode=ModeKeys.PREDICT, predictions=predictions)
 
