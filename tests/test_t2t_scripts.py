@@ -116,7 +116,11 @@ def test_t2t_decode_hparams(toy_model, tmp_path):  # noqa: F811
     records.write_text("a b|c d\ne|f\n")
     split = [f"--output_dir={toy_model['model_dir']}", f"--decode_from_file={records}", f"--decode_to_file={out}"]
     assert run_binary("t2t-decoder", *split, "--decode_hparams=delimiter=|").returncode == 0
-    assert out.read_text().split("\n")[:-1] == ["a b", "c d e", "f"]
+    assert out.read_text() == "a b|c d e|f|", "records end at the delimiter, in and out"
+    (tmp_path / "in.txt001").write_text("h i j\n")
+    shard = [f"--output_dir={toy_model['model_dir']}", f"--decode_from_file={lines}", f"--decode_to_file={out}"]
+    assert run_binary("t2t-decoder", *shard, "--decode_shards=2", "--worker_id=1").returncode == 0
+    assert (tmp_path / "out.txt001").read_text() == "h i j\n", "shard 1 of 2: in.txt001 -> out.txt001"
     beams = run_binary("t2t-decoder", *base, "--decode_hparams=beam_size=3,return_beams=True,num_samples=2")
     assert beams.returncode == 0, beams.stderr[-2000:]
     texts = [line.split("\t") for line in out.read_text().splitlines()]

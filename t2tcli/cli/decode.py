@@ -35,11 +35,33 @@ flags.DEFINE_string(
     "Reference translations, a line per input line: once decoded, --decode_to_file's BLEU against them is logged "
     "as t2t-bleu prints it.",
 )
+flags.DEFINE_integer(
+    "decode_shards",
+    1,
+    "tensor2tensor's sharded decode: with N > 1 this run reads --decode_from_file plus --worker_id as 3 digits "
+    "(in.txt003) and writes --decode_to_file with the same suffix.",
+)
+flags.DEFINE_integer("worker_id", 0, "--decode_shards: which shard this run decodes, 0 to N - 1.")
 flags.DEFINE_string(
     "score_file", None, "Lines 'input<TAB>target'; writes the log-likelihood of each target to --decode_to_file."
 )
 
 FLAGS = flags.FLAGS
+
+
+def _take_shard() -> None:
+    """tensor2tensor's --decode_shards / --worker_id: this run's input and output files."""
+    shards, worker = FLAGS.decode_shards, FLAGS.worker_id
+    if shards < 1:
+        raise UserError(f"--decode_shards={shards}: must be at least 1")
+    if shards == 1:
+        return
+    if not 0 <= worker < shards:
+        raise UserError(f"--worker_id={worker}: one of the {shards} shards, 0 to {shards - 1}")
+    if FLAGS.decode_from_file in (None, "-") or FLAGS.decode_to_file == "-":
+        raise UserError("--decode_shards reads and writes files: give --decode_from_file and --decode_to_file")
+    FLAGS.decode_from_file += f"{worker:03d}"
+    FLAGS.decode_to_file += f"{worker:03d}"
 
 
 def main() -> None:
@@ -48,6 +70,7 @@ def main() -> None:
         if FLAGS.decode_from_file not in (None, "-") or FLAGS.score_file or FLAGS.decode_to_file != "-":
             raise UserError("--decode_interactive reads stdin and writes stdout: drop the file flags")
         FLAGS.decode_from_file = "-"
+    _take_shard()
     if FLAGS.decode_reference and (FLAGS.decode_to_file == "-" or FLAGS.score_file):
         raise UserError("--decode_reference scores a decode written to a file: give --decode_to_file=FILE")
     if bool(FLAGS.decode_from_file) == bool(FLAGS.score_file):
@@ -81,6 +104,7 @@ def main() -> None:
         source_name=source if source != "-" else "<stdin>",
         interactive=FLAGS.decode_interactive,
         beam_scores=decode_hp.write_beam_scores,
+        delimiter=delimiter,
     )
     job.max_chars = model.vocab.chars_for(max(job.inputs_length, job.targets_length))
     if text_files.rereadable(source) and not decode_hp.max_input_length:

@@ -71,6 +71,8 @@ class LineJob:
     # tensor2tensor's output forms: a line holds every beam, tab-separated, best first
     # (return_beams), each followed by its score (write_beam_scores).
     beam_scores: bool = False
+    # What ends each output record: a newline, or tensor2tensor's decode hparam delimiter.
+    delimiter: str = "\n"
 
     def tokens(self, text: str) -> list[int]:
         """The ids of `text`, tokenized no further than `max_chars` characters.
@@ -86,8 +88,9 @@ class LineJob:
 class OrderedWriter:
     """Writes results in input order as soon as every earlier line is done."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, end: str = "\n") -> None:
         self.out = out
+        self.end = end
         self.next = 0
         self.pending: dict[int, str] = {}
         self.lock = threading.Lock()
@@ -97,7 +100,7 @@ class OrderedWriter:
             self.pending[index] = text
             wrote = False
             while self.next in self.pending:
-                self.out.write(self.pending.pop(self.next) + "\n")
+                self.out.write(self.pending.pop(self.next) + self.end)
                 self.next += 1
                 wrote = True
             if wrote:
@@ -187,7 +190,7 @@ def run(
     last call (e.g. a tqdm bar's `update`).
     """
     stats = Stats()
-    writer = OrderedWriter(out)
+    writer = OrderedWriter(out, job.delimiter)
     batcher = Batcher(
         _rows(lines, job, writer, stats, scoring),
         job.batch_size,
