@@ -42,6 +42,9 @@ t2t-decoder --data_dir=$DATA_DIR --problem=$PROBLEM --model=$MODEL --hparams_set
   --output_dir=$TRAIN_DIR --t2t_usr_dir=$USR_DIR \
   --decode_hparams="beam_size=$BEAM_SIZE,alpha=$ALPHA,return_beams=False,write_beam_scores=False" \
   --decode_from_file=decode_this.txt --decode_to_file=translation.txt
+t2t-decoder --data_dir=$DATA_DIR --problem=$PROBLEM --model=$MODEL --hparams_set=$HPARAMS \
+  --output_dir=$TRAIN_DIR --decode_hparams="beam_size=$BEAM_SIZE,alpha=$ALPHA,return_beams=True" \
+  --decode_from_file=decode_this.txt --decode_to_file=beams.txt
 
 t2t-bleu --translation=translation.txt --reference=decode_this.txt > bleu.txt
 t2t-avg-all --model_dir=$TRAIN_DIR --output_dir=$PWD/averaged --n=2 --min_steps=20
@@ -62,6 +65,8 @@ def test_a_tensor2tensor_script_runs_unchanged(tmp_path):
     run = json.loads((train_dir / "run.json").read_text())
     assert run["flags"]["model_dir"] == str(train_dir) and run["flags"]["usr_dir"] == [str(tmp_path / "usr")]
     assert len((tmp_path / "translation.txt").read_text().splitlines()) == 3
+    beams = [line.split("\t") for line in (tmp_path / "beams.txt").read_text().splitlines()]
+    assert [len(row) for row in beams] == [4, 4, 4], "every beam, tab-separated"
     assert re.fullmatch(r"BLEU_uncased = +\d+\.\d\d\nBLEU_cased = +\d+\.\d\d\n", (tmp_path / "bleu.txt").read_text())
     averaged = sorted(p.name for p in (tmp_path / "averaged").glob("model.ckpt-*.index"))
     assert averaged == ["model.ckpt-20.index", "model.ckpt-30.index", "model.ckpt-40.index"]
