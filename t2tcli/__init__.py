@@ -8,8 +8,9 @@ imports only the layers below it (tests/test_layout.py holds the rule):
                output checks, text files; and the registry, which reads user code through it
     builtin    the built-in problems and hparams sets (the repository's top-level problems/
                and hparams/, installed here); they import only the public names below
-    data       sources, preprocessing, vocabulary, the data_dir layout, datagen stages and
-               their local and Beam runners, the tf.data input pipeline
+    data       sources (plain text too), preprocessing, vocabulary, the data_dir layout,
+               datagen stages and their local and Beam runners, the tf.data input
+               pipeline, where T5's self-supervised objectives corrupt text each epoch
     model      the Bitransformer's graph, hparams -> gin, mesh, dtype policy, weight names,
                checkpoints, a model_dir's records and loading a trained run
     interop    Hugging Face T5 directories in and out
@@ -18,7 +19,8 @@ imports only the layers below it (tests/test_layout.py holds the rule):
     decode     decode settings, the engines (fast TF, mesh-tf, CTranslate2), search loops,
                PREDICT inside the model_fn, the SavedModel export
     evaluate   evaluation over checkpoints, metrics
-    cli        one module per binary: its flags and a call into the layers above
+    cli        one module per binary: its flags and a call into the layers above; and
+               tensor2tensor's binary names and flag names (t2t_names) beside ours
 
 `t2tcli.problem`, `t2tcli.sources`, `t2tcli.text` and `t2tcli.registry` are the names a
 user's Problem imports; they stay where the README shows them.
