@@ -183,6 +183,7 @@ def test_decode_hparams_validation():
         "max_decode_length": 0,
         "engine": "mesh",
         "quantization": "float32",
+        "return_beams": False,
     }
 
 
