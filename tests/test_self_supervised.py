@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO, run_binary
 
 from t2tcli.compat import tf
-from t2tcli.data import corruption, objectives
+from t2tcli.data import corruption
 from t2tcli.data.objectives import IidDenoising, PrefixLM, Room, SpanCorruption
 from t2tcli.data.source_base import ReadOptions
 from t2tcli.data.text_source import TextSource
@@ -121,8 +121,6 @@ def test_too_few_sentinels_or_too_short_targets_are_one_line_errors():
         SpanCorruption().piece_length(128, 20)
     with pytest.raises(UserError, match="noise_density"):
         SpanCorruption(noise_density=1.5)
-    with pytest.raises(UserError, match="did you mean 'prefix_lm'"):
-        objectives.objective_named("prefix_llm")
 
 
 # A gzip file cut in half, as an interrupted copy leaves it.

@@ -19,7 +19,7 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING, ClassVar
 
-from t2tcli.errors import UserError, did_you_mean
+from t2tcli.errors import UserError
 
 if TYPE_CHECKING:
     from t2tcli.compat import tf
@@ -147,16 +147,3 @@ class PrefixLM(Objective):
         from t2tcli.data import corruption
 
         return corruption.split_at_random(tokens, seed, room)
-
-
-OBJECTIVES: dict[str, type[Objective]] = {o.name: o for o in (SpanCorruption, IidDenoising, PrefixLM)}
-
-
-def objective_named(name: str, **settings: float) -> Objective:
-    """An objective by its name (`span_corruption`, `prefix_lm`, `iid_denoising`)."""
-    if name not in OBJECTIVES:
-        raise UserError(f"unknown objective '{name}'{did_you_mean(name, OBJECTIVES)}")
-    try:
-        return OBJECTIVES[name](**settings)
-    except TypeError as exc:
-        raise UserError(f"objective '{name}': {exc}") from None
