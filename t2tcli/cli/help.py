@@ -25,10 +25,11 @@ def wants_help(argv: list[str]) -> bool:
 
 def _flag_lines(module: str) -> list[str]:
     entries = []
+    taken = t2t_names.taken(set(FLAGS))
     for flag in sorted(FLAGS.flags_by_module_dict().get(module, []), key=lambda f: f.name):
         default = "" if flag.default in (None, "", []) else f" (default: {flag.default_as_str.strip(chr(39))})"
         name = f"--{flag.name}" if not isinstance(flag, flags.BooleanFlag) else f"--[no]{flag.name}"
-        aliases = [a for a in t2t_names.aliases_of(flag.name) if a not in FLAGS]
+        aliases = [alias for alias, target in taken.items() if target == flag.name]
         also = f" Also --{', --'.join(aliases)} (tensor2tensor's name)." if aliases else ""
         entries.append((name, flag.help.replace("\n", " ") + also + default))
     width = max((len(name) for name, _ in entries), default=0) + 4

@@ -36,13 +36,15 @@ def _name_of(arg: str) -> tuple[str, str] | None:
     return name, eq + rest
 
 
-def aliases_of(target: str) -> list[str]:
-    return [alias for alias, name in ALIASES.items() if name == target]
+def taken(defined: set[str]) -> dict[str, str]:
+    """The aliases a binary with the flags `defined` takes: those whose target it has and
+    whose own name is not one of its flags."""
+    return {alias: target for alias, target in ALIASES.items() if target in defined and alias not in defined}
 
 
 def rewrite(argv: Sequence[str], defined: set[str]) -> list[str]:
     """argv with each alias replaced by the flag it names (for the flags `defined` here)."""
-    taken = {alias: target for alias, target in ALIASES.items() if target in defined and alias not in defined}
+    aliases = taken(defined)
     given: dict[str, str] = {}
     out = [argv[0]]
     for arg in argv[1:]:
@@ -51,7 +53,7 @@ def rewrite(argv: Sequence[str], defined: set[str]) -> list[str]:
             out.append(arg)
             continue
         name, rest = parsed
-        target = taken.get(name, name)
+        target = aliases.get(name, name)
         if target in given and given[target] != name and target != "usr_dir":
             raise UserError(f"--{given[target]} and --{name} are one flag (--{target}): give it once")
         given.setdefault(target, name)

@@ -24,7 +24,6 @@ from t2tcli.data.objectives import Room
 from t2tcli.data.vocab import EOS_ID, Vocabulary, sentinel_count
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
-from t2tcli.io import fs
 
 # isort: split
 # Imported after t2tcli.compat, whose shims mesh_tensorflow needs.
@@ -77,11 +76,10 @@ def _problem_records(data_dir: str, name: str, split: str, shuffle: bool, seed: 
 
 def room(vocab_file: str, inputs_length: int, targets_length: int) -> Room:
     """What a self-supervised objective must fit, read from the vocabulary datagen wrote."""
-    if not fs.exists(vocab_file):
-        raise UserError(f"{vocab_file}: no vocabulary; run t2t-datagen first")
+    vocab = Vocabulary(vocab_file)
     return Room(
-        vocab_size=Vocabulary(vocab_file).vocab_size,
-        sentinels=sentinel_count(fs.read_bytes(vocab_file)),
+        vocab_size=vocab.vocab_size,
+        sentinels=sentinel_count(vocab.model_proto),
         inputs_length=inputs_length,
         targets_length=targets_length,
     )
