@@ -225,6 +225,88 @@ def test_the_model_gathers_embeddings_off_tpu_unless_the_mesh_splits_them():
     assert graph.variable_names(tiny, 40)["shared/embedding"] == [128, 64]
 
 
+def test_the_model_fuses_its_loss_off_tpu_unless_the_mesh_splits_the_vocabulary():
+    from t2tcli.model import gin_bindings
+
+    tiny = registry.hparams("mtf_transformer_tiny")
+    assert gin_bindings.fuses_loss(tiny, use_tpu=False)
+    assert "decoder/Unitransformer.loss_fn = @t2tcli.fused_loss" in gin_bindings.bindings(tiny)
+    assert not gin_bindings.fuses_loss(tiny, use_tpu=True)
+    batch_split = tiny.copy()
+    batch_split.mesh_shape, batch_split.layout = "batch:2", "batch:batch"
+    assert gin_bindings.fuses_loss(batch_split, use_tpu=False)
+    vocab_split = tiny.copy()
+    vocab_split.mesh_shape, vocab_split.layout = "model:2", "vocab:model;d_ff:model"
+    assert not gin_bindings.fuses_loss(vocab_split, use_tpu=False)
+
+
+def _token_loss_and_grad(fused: bool, logits: np.ndarray, targets: np.ndarray, dtype: str, mesh_shape: str = ""):
+    """Training's loss and d(loss)/d(logits) (float32), by t2tcli's fused pass or by
+    mesh-tensorflow's `Unitransformer._compute_loss` ops, on a mesh of `mesh_shape`."""
+    from types import SimpleNamespace
+
+    from mesh_tensorflow.transformer import transformer
+
+    from t2tcli.model.token_loss import fused_loss
+
+    hp = registry.hparams("mtf_transformer_tiny")
+    hp.mesh_shape, hp.layout = (mesh_shape, "batch:batch") if mesh_shape else ("", "")
+    spec = meshlib.spec_from_hparams(hp)
+    model = SimpleNamespace(
+        z_loss=1e-2, label_smoothing=0.1, loss_on_targets_only=False, _loss_fn=None,
+        loss_denominator=lambda t, n: float(t.shape.size * n),
+    )  # fmt: skip
+    context = SimpleNamespace(train=True, num_microbatches=1, activation_dtype=tf.as_dtype(dtype))
+    with tf.Graph().as_default():
+        graph = mtf.Graph()
+        mesh = mtf.Mesh(graph, "mesh")
+        dims = [mtf.Dimension(n, k) for n, k in zip(("batch", "length", "vocab"), logits.shape, strict=True)]
+        x = mtf.cast(mtf.import_tf_tensor(mesh, tf.constant(logits), mtf.Shape(dims)), tf.as_dtype(dtype))
+        t = mtf.import_tf_tensor(mesh, tf.constant(targets), mtf.Shape(dims[:2]))
+        if fused:
+            loss = fused_loss(model, context, x, t, dims[2])
+        else:
+            loss = transformer.Unitransformer._compute_loss(model, context, x, t, dims[2])
+        loss = mtf.cast(loss, tf.float32)
+        (grad,) = mtf.gradients([loss], [x])
+        impl = meshlib.placement_mesh_impl(spec, [""] * spec.size)
+        lowering = mtf.Lowering(graph, {mesh: impl})
+        with tf1.Session() as sess:
+            return sess.run([tf.cast(lowering.export_to_tf_tensor(v), tf.float32) for v in (loss, grad)])
+
+
+def _exact_loss(logits: np.ndarray, targets: np.ndarray, z_loss=1e-2, smoothing=0.1) -> float:
+    x = logits.astype(np.float64)
+    log_z = np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1)) + x.max(-1)
+    off = smoothing / x.shape[-1]
+    soft = np.full(x.shape, off)
+    np.put_along_axis(soft, targets[..., None], 1 - smoothing + off, -1)
+    per_token = log_z - (soft * x).sum(-1) + z_loss * log_z**2
+    return float((per_token * (targets > 0)).sum() / targets.size)
+
+
+def test_fused_token_loss_is_mesh_tensorflows_loss_with_its_gradient():
+    rng = np.random.default_rng(3)
+    logits = (rng.standard_normal((4, 6, 300)) * 4).astype(np.float32)
+    targets = rng.integers(1, 300, size=(4, 6)).astype(np.int32)
+    targets[1, 3:] = 0  # padding: no loss, no gradient
+    fused, fused_grad = _token_loss_and_grad(True, logits, targets, "float32")
+    theirs, their_grad = _token_loss_and_grad(False, logits, targets, "float32")
+    assert fused == pytest.approx(_exact_loss(logits, targets), rel=1e-6)
+    assert theirs == pytest.approx(fused, rel=1e-5)
+    np.testing.assert_allclose(fused_grad, their_grad, rtol=1e-4, atol=1e-8)
+    assert not fused_grad[1, 3:].any() and np.abs(fused_grad[1, :3]).sum() > 0
+    split, split_grad = _token_loss_and_grad(True, logits, targets, "float32", mesh_shape="batch:2")
+    assert split == pytest.approx(fused, rel=1e-6)
+    np.testing.assert_allclose(split_grad, fused_grad, rtol=1e-6, atol=1e-9)
+    # bfloat16 logits: the fused pass sums in float32, so its loss stays the exact one's.
+    rounded = tf.cast(tf.cast(logits, tf.bfloat16), tf.float32).numpy()
+    fused16, fused16_grad = _token_loss_and_grad(True, logits, targets, "bfloat16")
+    assert fused16 == pytest.approx(_exact_loss(rounded, targets), rel=1e-5)
+    _, rounded_grad = _token_loss_and_grad(True, rounded, targets, "float32")
+    np.testing.assert_allclose(fused16_grad, rounded_grad, rtol=2**-7, atol=1e-9)  # stored, then scaled: two roundings
+
+
 def _graph_dtypes(hp, mode, tmp_path, **decode) -> tuple[set[str], set[str]]:
     """(dtypes of every tensor, dtypes of the matrix products) of the graph model_fn builds."""
     from t2tcli.data import inputs

@@ -71,6 +71,7 @@ def test_train_records_the_run_and_logs_progress(copy_run):
     # The first step is reported at once, whatever log_every_steps is; later lines say what is left.
     assert re.search(r"step 1  loss [\d.]+  lr \S+  \(graph set-up and first step: [\d.]+ s\)", proc.stderr)
     assert re.search(r"step 30  loss .* tokens/s  eta \d+s", proc.stderr)
+    assert "Compiled cluster using XLA" not in proc.stderr and "absl::InitializeLog" not in proc.stderr
     assert os.path.exists(os.path.join(model_dir, "vocab.model"))
     assert tf.train.latest_checkpoint(model_dir).endswith("model.ckpt-40")
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(model_dir))

@@ -28,6 +28,12 @@ def gathers_embeddings(hp: HParams, use_tpu: bool) -> bool:
     return not use_tpu and all(spec.split_of(d) == 1 for d in ("batch", "length", "vocab"))
 
 
+def fuses_loss(hp: HParams, use_tpu: bool) -> bool:
+    """Whether training's loss is t2tcli.model.token_loss's fused float32 pass rather than
+    mesh-tf's element-wise ops: off TPU, when the mesh does not split the vocabulary."""
+    return not use_tpu and spec_from_hparams(hp).split_of("vocab") == 1
+
+
 def _literal(hp: HParams, key: str, kind: type) -> str:
     """The hparam as a Python literal gin parses back to the same value; anything but a
     value of `kind` is refused, so no text from a model_dir can add a binding or an import."""
@@ -90,6 +96,8 @@ def bindings(hp: HParams, use_tpu: bool = False) -> list[str]:
     ]
     if gathers_embeddings(hp, use_tpu):
         out.append("get_vocab_embedding_cls.cls = @t2tcli.GatherVocabEmbedding")
+    if fuses_loss(hp, use_tpu):
+        out.append("decoder/Unitransformer.loss_fn = @t2tcli.fused_loss")
     return out
 
 
@@ -98,7 +106,7 @@ def apply(hp: HParams, use_tpu: bool = False) -> None:
     import mesh_tensorflow.transformer.transformer  # noqa: F401  (registers configurables)
     import mesh_tensorflow.transformer.transformer_layers  # noqa: F401
 
-    from t2tcli.model import embedding  # noqa: F401  (registers t2tcli.GatherVocabEmbedding)
+    from t2tcli.model import embedding, token_loss  # noqa: F401  (register t2tcli.GatherVocabEmbedding, fused_loss)
 
     with gin.unlock_config():
         gin.clear_config(clear_constants=True)
