@@ -4,6 +4,7 @@
     python bench/train.py --hparams_set=t5_base    # T5 base's shape
     python bench/train.py --quick                  # batch 8, lengths 64/64, fewer steps
     python bench/train.py --profile=DIR            # also: where a step's time goes, by TF op type
+    python bench/train.py --mesh_tf_loss           # t2tcli with mesh-tf's own loss ops (A/B)
 
 Both sides train the same encoder-decoder (the hparams set's d_model, d_ff, heads, d_kv,
 layers; relu FFN, shared embeddings, relative attention; T5's 32,128-row vocabulary) from
@@ -81,6 +82,9 @@ def worker_peak(dtype: str) -> dict:
     return {"flops": best}
 
 
+MESH_TF_LOSS = "BENCH_TRAIN_MESH_TF_LOSS"  # set: t2tcli rows train with mesh-tf's own loss ops
+
+
 def worker_t2t(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int, profile_dir: str = "") -> dict:
     sys.path.insert(0, str(REPO))
     import tempfile
@@ -89,7 +93,11 @@ def worker_t2t(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int,
 
     from t2tcli import registry
     from t2tcli.compat import tf
+    from t2tcli.model import gin_bindings
     from t2tcli.train import estimator, model_fn
+
+    if os.environ.get(MESH_TF_LOSS):
+        gin_bindings.fuses_loss = lambda hp, use_tpu: False
 
     hp = registry.hparams("t5_small")
     hp.override_from_dict(
@@ -223,7 +231,14 @@ def main() -> None:
     parser.add_argument(
         "--only", default="", help="comma-separated systems to run: t2t, hf, or one dtype of one, e.g. t2t:bfloat16"
     )
+    parser.add_argument(
+        "--mesh_tf_loss",
+        action="store_true",
+        help="t2tcli rows train with mesh-tensorflow's element-wise loss instead of the fused one (an A/B)",
+    )
     args = parser.parse_args()
+    if args.mesh_tf_loss:
+        os.environ[MESH_TF_LOSS] = "1"
     if args.worker:
         kind, dims_json, dtype, *rest = args.worker
         profile = rest.pop() if kind == "t2t" and len(rest) == 5 else ""
