@@ -87,12 +87,15 @@ def token_loss(
 
 
 @functools.cache
-def _first_compile_quietly() -> None:
+def spend_first_compile_logs() -> None:
     """Compiles a trivial function with stderr pointed at /dev/null for that moment.
 
     A process's first XLA compile logs two INFO lines to stderr through absl, which
-    TF_CPP_MIN_LOG_LEVEL does not silence in TensorFlow 2.15; both are logged once per
-    process, so they are spent here, while the graph is built and nothing else writes.
+    TF_CPP_MIN_LOG_LEVEL does not silence in TensorFlow 2.15. Both are logged once per
+    process, so a trainer spends them here, before it builds a graph and while nothing
+    else writes. Not from inside model_fn: a session run there, in the middle of building
+    the Estimator's graph, made runs with the same --random_seed start from different
+    weights.
     """
     with tf.Graph().as_default():
         x = tf.compat.v1.placeholder(tf.float32, [1])
@@ -116,7 +119,6 @@ def fused_loss(
     token loss, as mesh-tensorflow's `_compute_loss` defines it, summed in float32."""
     if model.loss_on_targets_only:
         raise ValueError("t2tcli's fused loss does not mask delimited inputs (loss_on_targets_only)")
-    _first_compile_quietly()
     z_loss = model.z_loss if context.train else 0.0
     per_token = token_loss(logits, mtf.maximum(targets, 0), vocab_dim, z_loss, model.label_smoothing)
     weights = mtf.cast(mtf.greater(targets, 0), tf.float32)
