@@ -135,6 +135,11 @@ def test_a_random_seed_repeats_the_run(data, tmp_path):
     names = sorted(a.get_variable_to_shape_map())
     assert names == sorted(b.get_variable_to_shape_map())
     assert [n for n in names if not np.array_equal(a.get_tensor(n), b.get_tensor(n))] == []
+    initial = [tmp_path / "c", tmp_path / "d"]
+    for run in initial:
+        train(data, str(run), *args, steps=0)
+    c, d = (tf.train.load_checkpoint(str(run)) for run in initial)
+    assert [n for n in names if not np.array_equal(c.get_tensor(n), d.get_tensor(n))] == [], "step 0 too"
 
 
 @pytest.mark.slow

@@ -136,6 +136,8 @@ def write_initial_checkpoint(estimator: tf.estimator.Estimator, hp: HParams) -> 
     that a later t2t-train resumes, without a step of training.
     """
     with tf.Graph().as_default():
+        if estimator.config.tf_random_seed is not None:
+            tf1.set_random_seed(estimator.config.tf_random_seed)  # as Estimator.train seeds its graph
         batch = inputs.batch_size(hp)
         features = {
             "inputs": tf.zeros([batch, int(hp.inputs_length)], tf.int32),
