@@ -5,6 +5,7 @@
     python bench/train.py --quick                  # batch 8, lengths 64/64, fewer steps
     python bench/train.py --profile=DIR            # also: where a step's time goes, by TF op type
     python bench/train.py --mesh_tf_loss           # t2tcli with mesh-tf's own loss ops (A/B)
+    python bench/train.py --mesh_tf_attention      # t2tcli with mesh-tf's attention layout (A/B)
 
 Both sides train the same encoder-decoder (the hparams set's d_model, d_ff, heads, d_kv,
 layers; relu FFN, shared embeddings, relative attention; T5's 32,128-row vocabulary) from
@@ -83,6 +84,7 @@ def worker_peak(dtype: str) -> dict:
 
 
 MESH_TF_LOSS = "BENCH_TRAIN_MESH_TF_LOSS"  # set: t2tcli rows train with mesh-tf's own loss ops
+MESH_TF_ATTENTION = "BENCH_TRAIN_MESH_TF_ATTENTION"  # set: t2tcli rows keep mesh-tf's attention layout
 
 
 def worker_t2t(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int, profile_dir: str = "") -> dict:
@@ -98,6 +100,8 @@ def worker_t2t(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int,
 
     if os.environ.get(MESH_TF_LOSS):
         gin_bindings.fuses_loss = lambda hp, use_tpu: False
+    if os.environ.get(MESH_TF_ATTENTION):
+        gin_bindings.head_major = lambda use_tpu: False
 
     hp = registry.hparams("t5_small")
     hp.override_from_dict(
@@ -236,9 +240,16 @@ def main() -> None:
         action="store_true",
         help="t2tcli rows train with mesh-tensorflow's element-wise loss instead of the fused one (an A/B)",
     )
+    parser.add_argument(
+        "--mesh_tf_attention",
+        action="store_true",
+        help="t2tcli rows keep mesh-tensorflow's [batch, length, heads, d_kv] attention layout (an A/B)",
+    )
     args = parser.parse_args()
     if args.mesh_tf_loss:
         os.environ[MESH_TF_LOSS] = "1"
+    if args.mesh_tf_attention:
+        os.environ[MESH_TF_ATTENTION] = "1"
     if args.worker:
         kind, dims_json, dtype, *rest = args.worker
         profile = rest.pop() if kind == "t2t" and len(rest) == 5 else ""

@@ -307,8 +307,8 @@ def test_fused_token_loss_is_mesh_tensorflows_loss_with_its_gradient():
     np.testing.assert_allclose(fused16_grad, rounded_grad, rtol=2**-7, atol=1e-9)  # stored, then scaled: two roundings
 
 
-def _graph_dtypes(hp, mode, tmp_path, **decode) -> tuple[set[str], set[str]]:
-    """(dtypes of every tensor, dtypes of the matrix products) of the graph model_fn builds."""
+def _model_graph_ops(hp, mode, tmp_path, **decode) -> list:
+    """The ops of the graph model_fn builds for `mode`."""
     from t2tcli.data import inputs
 
     est = tf_predict.build_estimator(str(tmp_path), hp, 40, decode)
@@ -318,7 +318,12 @@ def _graph_dtypes(hp, mode, tmp_path, **decode) -> tuple[set[str], set[str]]:
         if mode == tf.estimator.ModeKeys.TRAIN:
             features["targets"] = tf.zeros([batch, hp.targets_length], tf.int32)
         est.model_fn(features, None, mode, est.config)
-    ops = graph.get_operations()
+    return graph.get_operations()
+
+
+def _graph_dtypes(hp, mode, tmp_path, **decode) -> tuple[set[str], set[str]]:
+    """(dtypes of every tensor, dtypes of the matrix products) of the graph model_fn builds."""
+    ops = _model_graph_ops(hp, mode, tmp_path, **decode)
     every = {t.dtype.base_dtype.name for op in ops for t in op.outputs}
     products = {
         op.outputs[0].dtype.name for op in ops if op.type in ("Einsum", "MatMul", "BatchMatMulV2", "BatchMatMulV3")
@@ -353,3 +358,107 @@ def test_the_chosen_dtype_is_what_the_graphs_compute_in(
             assert made and ("bfloat16" in made) == (products == "bfloat16"), (mode, made)
     finally:
         fast_kernels.machine.cache_clear()
+
+
+def _attention_and_grads(head_major: bool, arrays: dict[str, np.ndarray], dtype: str, one_query: bool = False):
+    """Attention's output (in [batch, length, heads, d_kv] order) and d(sum of its squares)/d(q, k,
+    v, bias), in float32, and the equations of the einsums the lowered graph runs."""
+    from types import SimpleNamespace
+
+    from mesh_tensorflow.transformer import attention as mtf_attention
+
+    from t2tcli.model.attention import head_major_attention
+
+    sizes = {"batch": 3, "length": 5, "memory_length": 6, "heads": 2, "d_kv": 4}
+    batch, length, memory, heads, d_kv = (mtf.Dimension(n, k) for n, k in sizes.items())
+    shapes = {
+        "q": [batch, heads, d_kv] if one_query else [batch, length, heads, d_kv],
+        "k": [batch, memory, heads, d_kv],
+        "v": [batch, memory, heads, d_kv],
+        "bias": [heads, memory] if one_query else [heads, length, memory],
+    }
+    with tf.Graph().as_default() as tf_graph:
+        graph = mtf.Graph()
+        mesh = mtf.Mesh(graph, "mesh")
+        x = {}
+        for name, dims in shapes.items():
+            value = tf.constant(arrays[name][:, 0] if one_query and name in ("q", "bias") else arrays[name])
+            x[name] = mtf.cast(mtf.import_tf_tensor(mesh, value, mtf.Shape(dims)), tf.as_dtype(dtype))
+        attend = head_major_attention if head_major else mtf_attention.attention
+        context = SimpleNamespace(train=False, model=SimpleNamespace(layout="", mesh_shape=""))
+        out = attend(x["q"], x["k"], x["v"], memory, d_kv, d_kv, x["bias"], context=context)
+        out = mtf.transpose(mtf.cast(out, tf.float32), mtf.Shape(shapes["q"]))
+        grads = mtf.gradients([mtf.reduce_sum(mtf.square(out))], list(x.values()))
+        spec = meshlib.spec_from_hparams(registry.hparams("mtf_transformer_tiny"))
+        lowering = mtf.Lowering(graph, {mesh: meshlib.placement_mesh_impl(spec, [""])})
+        values = [tf.cast(lowering.export_to_tf_tensor(t), tf.float32) for t in (out, *grads)]
+        with tf1.Session() as sess:
+            values = sess.run(values)
+        equations = [op.get_attr("equation").decode() for op in tf_graph.get_operations() if op.type == "Einsum"]
+    return values, equations
+
+
+def _is_batched_matmul(equation: str) -> bool:
+    """Whether both operands and the result of a two-operand einsum lead with the same batch
+    letters and differ only in their last two: the layout batched matmul kernels run directly."""
+    operands, result = equation.split("->")
+    if "," not in operands:
+        return True  # a transpose
+    a, b = operands.split(",")
+    return len(a) == len(b) == len(result) and a[:-2] == b[:-2] == result[:-2]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_head_major_attention_is_mesh_tensorflows_attention_in_another_order(dtype):
+    rng = np.random.default_rng(4)
+    arrays = {
+        "q": rng.standard_normal((3, 5, 2, 4)),
+        "k": rng.standard_normal((3, 6, 2, 4)),
+        "v": rng.standard_normal((3, 6, 2, 4)),
+        "bias": rng.standard_normal((2, 5, 6)),
+    }
+    arrays = {name: value.astype(np.float32) for name, value in arrays.items()}
+    ours, our_equations = _attention_and_grads(True, arrays, dtype)
+    theirs, their_equations = _attention_and_grads(False, arrays, dtype)
+    tolerance = 1e-5 if dtype == "float32" else 2e-2
+    for mine, other in zip(ours, theirs, strict=True):
+        assert np.abs(mine).sum() > 0
+        np.testing.assert_allclose(mine, other, rtol=tolerance, atol=tolerance)
+    # Same values, other layout: every attention einsum (logits, weights times values and
+    # their gradients) is a plain batched matmul, which mesh-tensorflow's order is not.
+    attention_products = [e for e in our_equations if "," in e]
+    assert len(attention_products) == 6 and all(_is_batched_matmul(e) for e in attention_products)
+    assert not all(_is_batched_matmul(e) for e in their_equations)
+    # One query position (incremental decoding): mesh-tensorflow's order, nothing transposed.
+    one, one_equations = _attention_and_grads(True, arrays, dtype, one_query=True)
+    other, other_equations = _attention_and_grads(False, arrays, dtype, one_query=True)
+    assert one_equations == other_equations
+    for mine, theirs_ in zip(one, other, strict=True):
+        np.testing.assert_array_equal(mine, theirs_)
+
+
+def test_the_model_runs_attention_head_major_off_tpu_with_mesh_tensorflows_variables(monkeypatch, tmp_path):
+    from t2tcli.model import gin_bindings
+
+    tiny = registry.hparams("mtf_transformer_tiny")
+    assert "t2tcli.HeadMajorSelfAttention" in " ".join(gin_bindings.bindings(tiny))
+    assert "t2tcli.HeadMajorEncDecAttention" in " ".join(gin_bindings.bindings(tiny))
+    on_tpu = " ".join(gin_bindings.bindings(tiny, use_tpu=True))
+    assert "HeadMajor" not in on_tpu and "transformer_layers.EncDecAttention" in on_tpu
+    head_major_names = graph.variable_names(tiny, 40)
+
+    def attention_products() -> list[str]:
+        """The training graph's einsums of two [batch, ..., heads, ...] operands."""
+        ops = _model_graph_ops(tiny, tf.estimator.ModeKeys.TRAIN, tmp_path)
+        return [
+            op.get_attr("equation").decode()
+            for op in ops
+            if op.type == "Einsum" and len(op.inputs) == 2 and all(t.shape.rank == 4 for t in op.inputs)
+        ]
+
+    # Six einsums per attention layer: an encoder layer has one, a decoder layer two.
+    layers = tiny.num_encoder_layers + 2 * tiny.num_decoder_layers
+    assert len(attention_products()) == 6 * layers and all(_is_batched_matmul(e) for e in attention_products())
+    monkeypatch.setattr(gin_bindings, "head_major", lambda use_tpu: False)
+    assert graph.variable_names(tiny, 40) == head_major_names
+    assert not all(_is_batched_matmul(e) for e in attention_products())

@@ -34,6 +34,12 @@ def fuses_loss(hp: HParams, use_tpu: bool) -> bool:
     return not use_tpu and spec_from_hparams(hp).split_of("vocab") == 1
 
 
+def head_major(use_tpu: bool) -> bool:
+    """Whether attention runs head-major (t2tcli.model.attention): off TPU, where layouts
+    are the einsums' own."""
+    return not use_tpu
+
+
 def _literal(hp: HParams, key: str, kind: type) -> str:
     """The hparam as a Python literal gin parses back to the same value; anything but a
     value of `kind` is refused, so no text from a model_dir can add a binding or an import."""
@@ -65,10 +71,13 @@ def bindings(hp: HParams, use_tpu: bool = False) -> list[str]:
     activation = (
         [hp.ffn_activation.removeprefix("gated-"), "linear"] if is_gated(hp.ffn_activation) else hp.ffn_activation
     )
+    if head_major(use_tpu):
+        self_attention, enc_dec_attention = "t2tcli.HeadMajorSelfAttention", "t2tcli.HeadMajorEncDecAttention"
+    else:
+        self_attention, enc_dec_attention = f"{_LAYERS}.SelfAttention", f"{_LAYERS}.EncDecAttention"
     out = [
-        f"encoder/make_layer_stack.layers = [@{_LAYERS}.SelfAttention, @{_LAYERS}.DenseReluDense]",
-        f"decoder/make_layer_stack.layers = "
-        f"[@{_LAYERS}.SelfAttention, @{_LAYERS}.EncDecAttention, @{_LAYERS}.DenseReluDense]",
+        f"encoder/make_layer_stack.layers = [@{self_attention}, @{_LAYERS}.DenseReluDense]",
+        f"decoder/make_layer_stack.layers = [@{self_attention}, @{enc_dec_attention}, @{_LAYERS}.DenseReluDense]",
         f"encoder/make_layer_stack.num_layers = {_literal(hp, 'num_encoder_layers', int)}",
         f"decoder/make_layer_stack.num_layers = {_literal(hp, 'num_decoder_layers', int)}",
         "make_layer_stack.block_scope = True",
@@ -106,7 +115,7 @@ def apply(hp: HParams, use_tpu: bool = False) -> None:
     import mesh_tensorflow.transformer.transformer  # noqa: F401  (registers configurables)
     import mesh_tensorflow.transformer.transformer_layers  # noqa: F401
 
-    from t2tcli.model import embedding, token_loss  # noqa: F401  (register t2tcli.GatherVocabEmbedding, fused_loss)
+    from t2tcli.model import attention, embedding, token_loss  # noqa: F401  (register t2tcli's configurables)
 
     with gin.unlock_config():
         gin.clear_config(clear_constants=True)
