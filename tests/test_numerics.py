@@ -361,8 +361,8 @@ def test_the_chosen_dtype_is_what_the_graphs_compute_in(
 
 
 def _attention_and_grads(head_major: bool, arrays: dict[str, np.ndarray], dtype: str, one_query: bool = False):
-    """Attention's output (in [batch, length, heads, d_kv] order) and d(sum of its squares)/d(q, k,
-    v, bias), in float32, and the equations of the einsums the lowered graph runs."""
+    """Attention's output (in q's order) and d(sum of its squares)/d(q, k, v, bias), in float32,
+    and the equations of the einsums the lowered graph runs."""
     from types import SimpleNamespace
 
     from mesh_tensorflow.transformer import attention as mtf_attention
@@ -458,7 +458,8 @@ def test_the_model_runs_attention_head_major_off_tpu_with_mesh_tensorflows_varia
 
     # Six einsums per attention layer: an encoder layer has one, a decoder layer two.
     layers = tiny.num_encoder_layers + 2 * tiny.num_decoder_layers
-    assert len(attention_products()) == 6 * layers and all(_is_batched_matmul(e) for e in attention_products())
+    products = attention_products()
+    assert len(products) == 6 * layers and all(_is_batched_matmul(e) for e in products)
     monkeypatch.setattr(gin_bindings, "head_major", lambda use_tpu: False)
     assert graph.variable_names(tiny, 40) == head_major_names
     assert not all(_is_batched_matmul(e) for e in attention_products())
