@@ -14,6 +14,7 @@ tf.function on every core; the best of 3 rounds is kept.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -23,13 +24,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 def einsum_flops(equation: str, a: list[int], b: list[int]) -> float:
     operands = equation.split("->")[0].split(",")
-    size = {}
+    size: dict[str, int] = {}
     for letters, shape in zip(operands, (a, b), strict=True):
         size.update(zip(letters, shape, strict=True))
-    flops = 2.0
-    for n in size.values():
-        flops *= n
-    return flops
+    return 2.0 * math.prod(size.values())
 
 
 def main() -> None:
