@@ -362,7 +362,7 @@ def test_the_chosen_dtype_is_what_the_graphs_compute_in(
 
 def _attention_and_grads(head_major: bool, arrays: dict[str, np.ndarray], dtype: str, one_query: bool = False):
     """Attention's output (in q's order) and d(sum of its squares)/d(q, k, v, bias), in float32,
-    and the equations of the einsums the lowered graph runs."""
+    the equations of the einsums the lowered graph runs, and its number of Softmax kernels."""
     from types import SimpleNamespace
 
     from mesh_tensorflow.transformer import attention as mtf_attention
@@ -395,7 +395,8 @@ def _attention_and_grads(head_major: bool, arrays: dict[str, np.ndarray], dtype:
         with tf1.Session() as sess:
             values = sess.run(values)
         equations = [op.get_attr("equation").decode() for op in tf_graph.get_operations() if op.type == "Einsum"]
-    return values, equations
+        softmax_kernels = sum(op.type == "Softmax" for op in tf_graph.get_operations())
+    return values, equations, softmax_kernels
 
 
 def _is_batched_matmul(equation: str) -> bool:
@@ -418,8 +419,8 @@ def test_head_major_attention_is_mesh_tensorflows_attention_in_another_order(dty
         "bias": rng.standard_normal((2, 5, 6)),
     }
     arrays = {name: value.astype(np.float32) for name, value in arrays.items()}
-    ours, our_equations = _attention_and_grads(True, arrays, dtype)
-    theirs, their_equations = _attention_and_grads(False, arrays, dtype)
+    ours, our_equations, our_softmaxes = _attention_and_grads(True, arrays, dtype)
+    theirs, their_equations, their_softmaxes = _attention_and_grads(False, arrays, dtype)
     tolerance = 1e-5 if dtype == "float32" else 2e-2
     for mine, other in zip(ours, theirs, strict=True):
         assert np.abs(mine).sum() > 0
@@ -429,9 +430,11 @@ def test_head_major_attention_is_mesh_tensorflows_attention_in_another_order(dty
     attention_products = [e for e in our_equations if "," in e]
     assert len(attention_products) == 6 and all(_is_batched_matmul(e) for e in attention_products)
     assert not all(_is_batched_matmul(e) for e in their_equations)
+    # The memory length is the logits' last dimension: the softmax is TensorFlow's one kernel.
+    assert (our_softmaxes, their_softmaxes) == (1, 0)
     # One query position (incremental decoding): mesh-tensorflow's order, nothing transposed.
-    one, one_equations = _attention_and_grads(True, arrays, dtype, one_query=True)
-    other, other_equations = _attention_and_grads(False, arrays, dtype, one_query=True)
+    one, one_equations, _ = _attention_and_grads(True, arrays, dtype, one_query=True)
+    other, other_equations, _ = _attention_and_grads(False, arrays, dtype, one_query=True)
     assert one_equations == other_equations
     for mine, theirs_ in zip(one, other, strict=True):
         np.testing.assert_array_equal(mine, theirs_)
@@ -447,19 +450,23 @@ def test_the_model_runs_attention_head_major_off_tpu_with_mesh_tensorflows_varia
     assert "HeadMajor" not in on_tpu and "transformer_layers.EncDecAttention" in on_tpu
     head_major_names = graph.variable_names(tiny, 40)
 
-    def attention_products() -> list[str]:
-        """The training graph's einsums of two [batch, ..., heads, ...] operands."""
+    def attention_products() -> tuple[list[str], int]:
+        """The training graph's einsums of two [batch, ..., heads, ...] operands, and its
+        number of Softmax kernels."""
         ops = _model_graph_ops(tiny, tf.estimator.ModeKeys.TRAIN, tmp_path)
-        return [
+        products = [
             op.get_attr("equation").decode()
             for op in ops
             if op.type == "Einsum" and len(op.inputs) == 2 and all(t.shape.rank == 4 for t in op.inputs)
         ]
+        return products, sum(op.type == "Softmax" for op in ops)
 
     # Six einsums per attention layer: an encoder layer has one, a decoder layer two.
     layers = tiny.num_encoder_layers + 2 * tiny.num_decoder_layers
-    products = attention_products()
+    products, softmaxes = attention_products()
     assert len(products) == 6 * layers and all(_is_batched_matmul(e) for e in products)
+    assert softmaxes == layers
     monkeypatch.setattr(gin_bindings, "head_major", lambda use_tpu: False)
     assert graph.variable_names(tiny, 40) == head_major_names
-    assert not all(_is_batched_matmul(e) for e in attention_products())
+    products, softmaxes = attention_products()
+    assert not all(_is_batched_matmul(e) for e in products) and softmaxes == 0
