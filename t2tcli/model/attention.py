@@ -44,7 +44,7 @@ def softmax_over_last(logits: mtf.Tensor) -> mtf.Tensor:
     mesh-tensorflow's softmax is exp(x - logsumexp(x)): eight element-wise ops forward and
     more backward, each a pass over the [batch, heads, length, memory] logits. In a layer's
     forward pass they run between the logits and the weighted sum with no matmul beside
-    them. TensorFlow's softmax kernel does it in one pass, and its gradient in three ops.
+    them. TensorFlow's softmax kernel does it in one pass, and its gradient takes four ops.
     """
     dims = logits.shape.dims
 
