@@ -196,36 +196,29 @@ def worker_hf(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int) 
     return {"step_time": (time.perf_counter() - start) / steps}
 
 
-def op_time_summary(profile_dir: str, top: int = 15) -> list[str]:
+def op_time_summary(trace: Path, events: list[dict], top: int = 15) -> list[str]:
     """The traced step's op time by op type, largest first (ops of 2 cores overlap, so
     shares are of the summed op time, not of the step's wall time)."""
-    traces = sorted(Path(profile_dir).glob("timeline-*.json"))
-    if not traces:
-        return ["(no trace written)"]
-    events = json.loads(traces[-1].read_text())["traceEvents"]
     by_type: dict[str, float] = {}
     for event in events:
         if event.get("ph") == "X" and "dur" in event:
             kind = event.get("args", {}).get("op") or event.get("name", "?")
             by_type[kind] = by_type.get(kind, 0.0) + event["dur"] / 1e6
     total = sum(by_type.values())
-    lines = [f"summed op time {total:.2f} s in {traces[-1].name}"]
+    lines = [f"summed op time {total:.2f} s in {trace.name}"]
     for kind, seconds in sorted(by_type.items(), key=lambda kv: -kv[1])[:top]:
         lines.append(f"  {kind:<32}{seconds:>8.3f} s {100 * seconds / total:>6.1f}%")
     return lines
 
 
-def attention_softmax_gaps(profile_dir: str) -> list[str]:
+def attention_softmax_gaps(events: list[dict]) -> list[str]:
     """For each attention layer of the traced step's forward pass, the time from its logits
     einsum's end to its weighted sum's start: the softmax, bias, cast and dropout, which
     run with no matmul of that layer beside them."""
-    traces = sorted(Path(profile_dir).glob("timeline-*.json"))
-    if not traces:
-        return []
     einsums: dict[str, list[tuple[float, float]]] = {}
     softmax: dict[str, list[tuple[float, float]]] = {}
     layer = re.compile(r"((?:en|de)coder/block_\d+/layer_\d+/(?:SelfAttention|EncDecAttention))/")
-    for event in json.loads(traces[-1].read_text())["traceEvents"]:
+    for event in events:
         name = event.get("args", {}).get("name", "")
         found = layer.match(name)
         if event.get("ph") != "X" or not found or "gradients" in name:
@@ -370,8 +363,12 @@ def main() -> None:
     if args.profile:
         for dtype in ("bfloat16", "float32"):
             print(f"\nWhere a t2tcli {dtype} step's time goes (op types):")
-            print("\n".join(op_time_summary(str(Path(args.profile) / dtype))))
-            print("\n".join(attention_softmax_gaps(str(Path(args.profile) / dtype))))
+            traces = sorted((Path(args.profile) / dtype).glob("timeline-*.json"))
+            if not traces:
+                print("(no trace written)")
+                continue
+            events = json.loads(traces[-1].read_text())["traceEvents"]
+            print("\n".join(op_time_summary(traces[-1], events) + attention_softmax_gaps(events)))
 
 
 if __name__ == "__main__":
