@@ -6,6 +6,7 @@
     python bench/train.py --profile=DIR            # also: where a step's time goes, by TF op type
     python bench/train.py --mesh_tf_loss           # t2tcli with mesh-tf's own loss ops (A/B)
     python bench/train.py --mesh_tf_attention      # t2tcli with mesh-tf's attention layout (A/B)
+    python bench/train.py --mesh_tf_adafactor      # t2tcli with mesh-tf's Adafactor update (A/B)
 
 Both sides train the same encoder-decoder (the hparams set's d_model, d_ff, heads, d_kv,
 layers; relu FFN, shared embeddings, relative attention; T5's 32,128-row vocabulary) from
@@ -86,6 +87,7 @@ def worker_peak(dtype: str) -> dict:
 
 MESH_TF_LOSS = "BENCH_TRAIN_MESH_TF_LOSS"  # set: t2tcli rows train with mesh-tf's own loss ops
 MESH_TF_ATTENTION = "BENCH_TRAIN_MESH_TF_ATTENTION"  # set: t2tcli rows keep mesh-tf's attention layout
+MESH_TF_ADAFACTOR = "BENCH_TRAIN_MESH_TF_ADAFACTOR"  # set: t2tcli rows update with mesh-tf's AdafactorOptimizer
 
 
 def worker_t2t(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int, profile_dir: str = "") -> dict:
@@ -96,13 +98,17 @@ def worker_t2t(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int,
 
     from t2tcli import registry
     from t2tcli.compat import tf
-    from t2tcli.model import gin_bindings
+    from t2tcli.model import gin_bindings, optimization
     from t2tcli.train import estimator, model_fn
 
     if os.environ.get(MESH_TF_LOSS):
         gin_bindings.fuses_loss = lambda hp, use_tpu: False
     if os.environ.get(MESH_TF_ATTENTION):
         gin_bindings.head_major = lambda use_tpu: False
+    if os.environ.get(MESH_TF_ADAFACTOR):
+        import mesh_tensorflow as mtf
+
+        optimization.ADAFACTOR = mtf.optimize.AdafactorOptimizer
 
     hp = registry.hparams("t5_small")
     hp.override_from_dict(
@@ -275,7 +281,14 @@ def main() -> None:
         action="store_true",
         help="t2tcli rows keep mesh-tensorflow's [batch, length, heads, d_kv] attention layout (an A/B)",
     )
+    parser.add_argument(
+        "--mesh_tf_adafactor",
+        action="store_true",
+        help="t2tcli rows update with mesh-tensorflow's AdafactorOptimizer instead of the few-pass one (an A/B)",
+    )
     args = parser.parse_args()
+    if args.mesh_tf_adafactor:
+        os.environ[MESH_TF_ADAFACTOR] = "1"
     if args.mesh_tf_loss:
         os.environ[MESH_TF_LOSS] = "1"
     if args.mesh_tf_attention:
