@@ -100,9 +100,13 @@ class _ScaledAssignSub(mtf.Assign):
 
         def assign_fn(variable, slice_var, delta_and_scale):
             delta, scale = delta_and_scale
-            # A resource variable of delta's dtype (not TPU's replicated ones): updated in place.
+            # A resource variable of delta's dtype (not TPU's replicated ones): updated in place,
+            # under the variable's exclusive lock as an assignment is. Without it, a read that
+            # overlaps the update can see half of it: runs with one seed then differ.
             if isinstance(slice_var, tf.Variable) and hasattr(slice_var, "handle") and slice_var.dtype == delta.dtype:
-                return tf.raw_ops.ResourceApplyGradientDescent(var=slice_var.handle, alpha=scale, delta=delta)
+                return tf.raw_ops.ResourceApplyGradientDescent(
+                    var=slice_var.handle, alpha=scale, delta=delta, use_locking=True
+                )
             return mtf.assign_sub_slice(variable, slice_var, delta * scale)
 
         lowering.operations[self] = lowering.variables[self.variables[0]].assign_to_slices(
