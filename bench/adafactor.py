@@ -20,8 +20,9 @@ import sys
 import time
 from pathlib import Path
 
+from train import T5_VOCAB  # the vocabulary bench/train.py trains with
+
 REPO = Path(__file__).resolve().parent.parent
-T5_VOCAB = 32128
 
 
 def weight_groups(hparams_set: str, vocab: int) -> dict[str, list[tuple[tuple[str, ...], tuple[int, ...]]]]:
