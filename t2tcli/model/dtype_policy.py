@@ -6,7 +6,8 @@ trained on one machine runs at full speed on another. Every binary that builds t
 model asks `resolve()`; nothing else looks at the hardware.
 
 Why not bfloat16 everywhere: measured on a 2-core AVX2-only CPU (no AVX-512, no AMX),
-a bfloat16 training step of the demo's model took 12x as long as float32. TensorFlow's
+a bfloat16 training step of the demo's model took 12x as long as float32 (on TensorFlow's
+Eigen kernels, before `t2tcli.compat` turned oneDNN on for such CPUs). TensorFlow's
 bfloat16 MatMul and BatchMatMul convert to float32 and are as fast as float32 there,
 but its bfloat16 Einsum (every mesh-tensorflow matmul is one) runs a scalar
 bfloat16 contraction, 10-20x slower than float32 (the one-hot embedding einsums at
@@ -35,8 +36,9 @@ from t2tcli.errors import UserError
 ACTIVATION_DTYPES = ("auto", "bfloat16", "float32")
 # A bfloat16 training step against a float32 one on a 2-core AVX2-only CPU, bfloat16
 # einsums already emulated: bench/train.py's rows, 1.69 s against 1.50 s (1.13x) on
-# 2026-11-23, 1.3x on the demo's model in an earlier run (the VM's speed drifts 10-20%).
-BF16_SLOWDOWN_WITHOUT_NATIVE = "1.1-1.3x"
+# 2026-11-23, 1.3x on the demo's model in an earlier run (the VM's speed drifts 10-20%);
+# at t5_small's shape with oneDNN on, 7.21 s against 6.66-7.08 s (1.02-1.08x, 2026-11-26).
+BF16_SLOWDOWN_WITHOUT_NATIVE = "1.02-1.3x"
 # oneDNN's ISA names (ONEDNN_MAX_CPU_ISA) from which bfloat16 dot products are native.
 _NATIVE_BF16_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX10_", "ALL")
 _NATIVE_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
@@ -243,6 +245,9 @@ def ffn_padding(machine: Machine, d_ff: int) -> int:
     that are no multiple of 2,048 (3,072, 2,816, 1,024) did not gain. A CPU with AVX-512
     held back to AVX2 transposes its kernels instead (transposed_kernels); AVX-512's
     and bfloat16's GEMMs were not seen to slow down so, and keep the width as it is.
+    The AVX2-only figures here and in transposed_kernels predate t2tcli.compat's turning
+    TensorFlow's oneDNN kernels on for such CPUs; with them on, a beam 4 decode of 128
+    random lines took 17.6 s against 17.1 s (one run each), and was not re-tuned.
     """
     if machine.device != "cpu" or not machine.onednn_enabled or "avx512f" in machine.cpu_flags:
         return 0
