@@ -7,6 +7,7 @@
     python bench/train.py --mesh_tf_loss           # t2tcli with mesh-tf's own loss ops (A/B)
     python bench/train.py --mesh_tf_attention      # t2tcli with mesh-tf's attention layout (A/B)
     python bench/train.py --mesh_tf_adafactor      # t2tcli with mesh-tf's Adafactor update (A/B)
+    python bench/train.py --run_limit=600          # stop a row's run after 600 s (default 1,200)
 
 Both sides train the same encoder-decoder (the hparams set's d_model, d_ff, heads, d_kv,
 layers; relu FFN, shared embeddings, relative attention; T5's 32,128-row vocabulary) from
@@ -250,9 +251,16 @@ def attention_softmax_gaps(events: list[dict]) -> list[str]:
     ]
 
 
-def _spawn(*args: str) -> dict | None:
+def _spawn(*args: str, limit: float | None = None) -> dict | None:
+    """One worker's JSON result; {"timed_out": limit} when it ran past `limit` seconds."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.run([sys.executable, __file__, "--worker", *args], capture_output=True, text=True, env=env)
+    try:
+        proc = subprocess.run(
+            [sys.executable, __file__, "--worker", *args], capture_output=True, text=True, env=env, timeout=limit
+        )
+    except subprocess.TimeoutExpired:
+        print(f"  {' '.join(args)} stopped after {limit:.0f} s (--run_limit)", file=sys.stderr)
+        return {"timed_out": limit}
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode or not lines:
         print(f"  {' '.join(args)} failed: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
@@ -285,6 +293,13 @@ def main() -> None:
         "--mesh_tf_adafactor",
         action="store_true",
         help="t2tcli rows update with mesh-tensorflow's AdafactorOptimizer instead of the few-pass one (an A/B)",
+    )
+    parser.add_argument(
+        "--run_limit",
+        type=float,
+        default=1200,
+        help="seconds one configuration's run may take before it is stopped and reported as unfinished "
+        "(the peer's bfloat16 autocast on an AVX2-only CPU ran past 22 minutes)",
     )
     args = parser.parse_args()
     if args.mesh_tf_adafactor:
@@ -345,17 +360,27 @@ def main() -> None:
     # Runs in turns, each configuration's best kept: a 2-core VM's speed drifts by 10-20%
     # from one minute to the next, more than the differences between some rows.
     best: dict[tuple[str, str], float] = {}
+    unfinished: set[tuple[str, str]] = set()
     for round_ in range(args.repeats):
         for kind, dtype, _label in configs:
+            if (kind, dtype) in unfinished:
+                continue
             if round_ and best and best.get((kind, dtype), 0.0) > 5 * min(best.values()):
                 continue  # far off the others (e.g. bfloat16 autocast without native support): once is enough
             extra = []
             if kind == "t2t" and args.profile and round_ == 0 and dtype != "auto":
                 extra = [str(Path(args.profile).resolve() / dtype)]
-            res = _spawn(kind, dims_json, dtype, *sizes, *extra)
-            if res:
+            res = _spawn(kind, dims_json, dtype, *sizes, *extra, limit=args.run_limit)
+            if res and "timed_out" in res:
+                unfinished.add((kind, dtype))
+            elif res:
                 best[(kind, dtype)] = min(best.get((kind, dtype), float("inf")), res["step_time"])
     for kind, dtype, label in configs:
+        if (kind, dtype) in unfinished and (kind, dtype) not in best:
+            print(
+                f"{label:<34}  unfinished: start-up and {steps + 3} steps took over --run_limit={args.run_limit:.0f} s"
+            )
+            continue
         if (kind, dtype) not in best:
             print(f"{label:<34}{'failed':>9}")
             continue
