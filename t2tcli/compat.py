@@ -34,13 +34,16 @@ def _verbosity_requested(argv: list[str]) -> bool:
 
 
 VERBOSE = _verbosity_requested(sys.argv)
+# Whether this is an x86-64 machine: where /proc/cpuinfo's flags name AVX2, AVX-512 and
+# AMX, and where TensorFlow has oneDNN kernels to switch on.
+X86 = platform.machine().lower() in ("x86_64", "amd64")
 
 # TensorFlow 2.15 turns its oneDNN kernels on by itself only on x86 CPUs with AVX512-VNNI,
 # AVX512-BF16 or AMX; elsewhere its einsums run on Eigen. On a 2-core AVX2-only CPU
 # (AMD EPYC, CPU family 25) a float32 training step at t5_small's shape took 6.6-7.1 s
 # with oneDNN and 9.6-10.3 s without (BENCHMARKS.md, "train ... on a real AVX2-only CPU"), so
 # every binary asks for it; TF_ENABLE_ONEDNN_OPTS=0 in the environment still wins.
-if platform.machine().lower() in ("x86_64", "amd64"):
+if X86:
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 if not VERBOSE:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -63,4 +66,4 @@ if not VERBOSE:
 
 import mesh_tensorflow  # noqa: E402,F401  (imported here so the shim above is proven)
 
-__all__ = ["tf", "VERBOSE"]
+__all__ = ["tf", "VERBOSE", "X86"]

@@ -7,12 +7,13 @@ Each case runs in a fresh interpreter: the switch only takes effect before the f
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from t2tcli.compat import X86
 
 REPO = Path(__file__).resolve().parent.parent
 PROBE = (
@@ -22,7 +23,7 @@ PROBE = (
 )
 
 
-@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="oneDNN's switch is x86's")
+@pytest.mark.skipif(not X86, reason="oneDNN's switch is x86's")
 @pytest.mark.parametrize("setting, enabled", [(None, True), ("0", False)])
 def test_onednn_is_on_unless_the_environment_turns_it_off(setting, enabled):
     """TensorFlow leaves oneDNN off on AVX2-only CPUs, where training ran 1.4-1.5x slower without it."""

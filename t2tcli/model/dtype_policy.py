@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import platform
 
 from absl import logging
 
@@ -97,9 +96,11 @@ def _gpu_capability() -> tuple[int, int] | None:
 
 def detect(use_tpu: bool = False) -> Machine:
     """This process's machine: TPU when training on one, else the first GPU, else the CPU."""
+    from t2tcli.compat import X86
+
     onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
     common = dict(
-        cpu_flags=cpu_flags() if platform.machine().lower() in ("x86_64", "amd64") else frozenset(),
+        cpu_flags=cpu_flags() if X86 else frozenset(),
         onednn_max_isa=os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper(),
         onednn_enabled=onednn,
     )
