@@ -23,6 +23,7 @@ AVX2 = frozenset({"sse4_2", "avx", "avx2", "fma"})
 AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512vl"}
 AVX512_BF16 = AVX512 | {"avx512_bf16"}
 AMX = AVX512_BF16 | {"amx_bf16", "amx_tile", "amx_int8"}
+ARM = frozenset({"fp", "asimd", "sve"})
 
 
 def cpu(flags, **kwargs):
@@ -80,18 +81,19 @@ def test_cpu_kind_names_the_class_a_figure_holds_for():
 @pytest.mark.parametrize(
     "machine, transposed",
     [
-        (cpu(AVX2), False),
-        (cpu(AVX2, onednn_max_isa="AVX2"), False),
+        (cpu(AVX2), True),
+        (cpu(AVX2, onednn_max_isa="AVX2"), True),
         (cpu(AVX512), False),
         (cpu(AVX512_BF16), False),
         (cpu(AMX, onednn_max_isa="AVX2"), True),
         (cpu(AVX512_BF16, onednn_max_isa="AVX512_CORE"), False),
         (cpu(AVX512, onednn_max_isa="DEFAULT"), False),
         (cpu(AVX2, onednn_enabled=False), False),
+        (cpu(ARM), False),
         (dtype_policy.Machine("gpu", AVX2, gpu_capability=(8, 0)), False),
     ],
 )
-def test_decode_kernels_are_transposed_only_on_an_avx512_cpu_held_back_to_avx2(machine, transposed):
+def test_decode_kernels_are_transposed_where_onednn_runs_avx2_class_kernels(machine, transposed):
     assert dtype_policy.transposed_kernels(machine) is transposed
 
 
@@ -118,13 +120,14 @@ def test_beam_attention_runs_on_onednn_only_where_onednn_runs_avx512(machine, on
         (cpu(AVX2), 2048, dtype_policy.FFN_PADDING),
         (cpu(AVX2), 4096, dtype_policy.FFN_PADDING),
         (cpu(AVX2), 3072, 0),
-        (cpu(AVX2, onednn_enabled=False), 2048, 0),
+        (cpu(AVX2, onednn_enabled=False), 2048, dtype_policy.FFN_PADDING),
         (cpu(AVX512), 2048, 0),
         (cpu(AMX, onednn_max_isa="AVX2"), 2048, 0),
+        (cpu(ARM), 2048, 0),
         (dtype_policy.Machine("gpu", AVX2, gpu_capability=(8, 0)), 2048, 0),
     ],
 )
-def test_ffn_is_padded_only_at_widths_that_slow_oneDNNs_avx2_gemm(machine, d_ff, padding):
+def test_ffn_is_padded_only_at_widths_that_slow_an_avx2_cpus_gemms(machine, d_ff, padding):
     assert dtype_policy.ffn_padding(machine, d_ff) == padding
 
 

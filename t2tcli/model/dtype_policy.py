@@ -213,20 +213,22 @@ def transposed_kernels(machine: Machine) -> bool:
     """Whether the fast decode engine should keep its kernels [out, in] (multiplying by
     them transposed) rather than [in, out] as checkpoints hold them.
 
-    Only where a CPU with AVX-512 is held back to an AVX2-class ISA by ONEDNN_MAX_CPU_ISA.
-    There oneDNN's float32 GEMM is slow on an [in, out] kernel whose rows are a multiple
-    of 512 floats long (T5's 512-, 1,536-, 2,048- and 3,072-wide projections): at a beam
-    search step's 256 rows, [256 x 512] x [512 x 2048] ran at 100 GFLOPS, and at 184
-    with the kernel held [2048 x 512] and transposed (2-core AVX512-BF16 AMD EPYC held to
-    AVX2). A real AVX2-only CPU is the other way round: on a 2-core AVX2-only AMD EPYC the
-    same product ran at 66-73 GFLOPS as held and 45-48 transposed, and greedy t5_small
-    decoding went 13 -> 22-24 sentences/s untransposed. oneDNN's AVX-512 GEMM also
-    prefers the kernels as held (200 against 153 GFLOPS), and its bfloat16 one is even.
-    Every GEMM on a held-back CPU is float32 (bfloat16 ones run in float32 too,
+    Where oneDNN runs AVX2-class kernels: on an AVX2-only CPU, and on a CPU with AVX-512
+    held back by ONEDNN_MAX_CPU_ISA. There oneDNN's float32 GEMM is slow on an [in, out]
+    kernel whose rows are a multiple of 512 floats long (T5's 512-, 1,536-, 2,048- and
+    3,072-wide projections): at a beam search step's 256 rows, [256 x 512] x [512 x 2048]
+    ran at 100 GFLOPS as held and 184 transposed (2-core AVX512-BF16 AMD EPYC held to
+    AVX2), 78 and 136 (2-core AVX2-only AMD EPYC, CPU family 25); on the latter a t5_small
+    beam 4 decode of 128 random lines took a median 15.0 s transposed against 16.2 s as
+    held, same outputs, and greedy decoding was even. oneDNN's AVX-512 GEMM prefers the
+    kernels as held (200 against 153 GFLOPS), its bfloat16 one is even, and so is Eigen's
+    (TF_ENABLE_ONEDNN_OPTS=0; 66-73 GFLOPS as held against 45-48 transposed on the
+    AVX2-only CPU, where greedy decoding went 13 -> 22-24 sentences/s untransposed).
+    Every GEMM where oneDNN runs AVX2 is float32 (bfloat16 ones run in float32 too,
     t2tcli.decode.fast_kernels.matmul), so the activation dtype need not be asked.
     """
-    avx512_cpu = machine.device == "cpu" and machine.onednn_enabled and "avx512f" in machine.cpu_flags
-    return avx512_cpu and not onednn_avx512(machine)  # held back below AVX-512
+    onednn_cpu = machine.device == "cpu" and machine.onednn_enabled and "avx2" in machine.cpu_flags
+    return onednn_cpu and not onednn_avx512(machine)
 
 
 # Zero columns added to the FFN's inner width where ffn_padding() asks for them.
@@ -238,18 +240,19 @@ def ffn_padding(machine: Machine, d_ff: int) -> int:
     kernels' outputs and its output kernel's inputs): the FFN computes the same values,
     as the added units are zero in and out.
 
-    On a real AVX2-only CPU oneDNN's float32 GEMM slows down on a kernel whose rows are
-    a multiple of 2,048 floats (8 KiB) long, T5's d_ff of 2,048 among them: at a beam
-    search step's 256 rows, t5_small's two FFN products took 9.6 ms as held and 8.0 ms
-    with 16 zero columns more (medians of 7, 2-core AVX2-only AMD EPYC); a t5_small beam
-    4 batch went 8.5 -> 7.3-7.5 s and a greedy one 3.1 -> 2.9 s, same outputs. Widths
+    On an AVX2-only CPU both of TensorFlow's float32 GEMMs slow down on a kernel whose
+    rows are a multiple of 2,048 floats (8 KiB) long, T5's d_ff of 2,048 among them. With
+    TF_ENABLE_ONEDNN_OPTS=0 (Eigen), at a beam search step's 256 rows, t5_small's two FFN
+    products took 9.6 ms as held and 8.0 ms with 16 zero columns more (medians of 7, 2-core
+    AVX2-only AMD EPYC); a t5_small beam 4 batch went 8.5 -> 7.3-7.5 s and a greedy one
+    3.1 -> 2.9 s, same outputs. With oneDNN (the default, which keeps the kernels
+    transposed there: transposed_kernels), [256 x 2048] x [2048 x 512] against the
+    kernel held [512 x 2048] ran at 97-137 GFLOPS, and at 105-157 with 16 zero columns
+    more; the beam 4 decode in transposed_kernels was even with and without them. Widths
     that are no multiple of 2,048 (3,072, 2,816, 1,024) did not gain. A CPU with AVX-512
-    held back to AVX2 transposes its kernels instead (transposed_kernels); AVX-512's
-    and bfloat16's GEMMs were not seen to slow down so, and keep the width as it is.
-    The AVX2-only figures here and in transposed_kernels predate t2tcli.compat's turning
-    TensorFlow's oneDNN kernels on for such CPUs; with them on, a beam 4 decode of 128
-    random lines took 17.6 s against 17.1 s (one run each), and was not re-tuned.
+    held back to AVX2 transposes its kernels and keeps the width; AVX-512's and
+    bfloat16's GEMMs were not seen to slow down so.
     """
-    if machine.device != "cpu" or not machine.onednn_enabled or "avx512f" in machine.cpu_flags:
+    if machine.device != "cpu" or "avx2" not in machine.cpu_flags or "avx512f" in machine.cpu_flags:
         return 0
     return FFN_PADDING if d_ff % 2048 == 0 else 0

@@ -1,0 +1,108 @@
+"""Benchmark: the TensorFlow decode engine with each layout of its kernels, on this CPU.
+
+    python bench/decode_layout.py                  # t5_small, beam 4 and greedy, 6 rounds
+    python bench/decode_layout.py --beams=4 --rounds=3 --lines=64
+
+t2tcli.model.dtype_policy picks, per CPU, whether the fast engine keeps the layers'
+kernels as the checkpoint holds them ([in, out]) or transposed ([out, in]), and whether
+an FFN width of 2,048 gets 16 zero units; the choice was measured, and this is the
+measurement. Each layout decodes the same random lines with `t2t-decode
+--decode_hparams=engine=fast` in a process of its own, the layouts in turns, --rounds
+times; the median of each is printed with its runs, the process's oneDNN setting and the
+CPU kind, and the outputs of all layouts are compared (they must be the same). Set
+TF_ENABLE_ONEDNN_OPTS=0 to measure Eigen's GEMMs instead of oneDNN's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import decode as bench_decode  # bench/decode.py: the random model and its inputs
+
+# name: (transposed kernels, FFN zero units)
+LAYOUTS = {
+    "as held": (False, 0),
+    "as held, FFN padded": (False, 16),
+    "transposed": (True, 0),
+    "transposed, FFN padded": (True, 16),
+}
+
+
+def worker(transposed: bool, padding: int, decode_args: list[str]) -> None:
+    """t2t-decode with the layout forced, whatever this CPU's policy says."""
+    from t2tcli.cli.decode import run
+    from t2tcli.model import dtype_policy
+
+    dtype_policy.transposed_kernels = lambda machine: transposed
+    dtype_policy.ffn_padding = lambda machine, d_ff: padding
+    sys.argv = ["t2t-decode", *decode_args]
+    run()
+
+
+def decode_seconds(model_dir: Path, src: Path, out: Path, beam: int, layout: tuple[bool, int]) -> float:
+    transposed, padding = layout
+    args = [
+        f"--model_dir={model_dir}",
+        f"--decode_from_file={src}",
+        f"--decode_to_file={out}",
+        "--raw_inputs",
+        f"--decode_hparams=beam_size={beam},alpha=0.6,batch_size=64,max_decode_length=32,engine=fast",
+    ]
+    command = [sys.executable, __file__, "--worker", str(int(transposed)), str(padding), "--", *args]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    match = bench_decode.SUMMARY.search(proc.stderr)
+    if proc.returncode != 0 or not match:
+        sys.exit(f"t2t-decode failed:\n{proc.stderr[-2000:]}")
+    return float(match.group(3)) - float(match.group(4))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hparams_set", default="t5_small")
+    parser.add_argument("--lines", type=int, default=128, help="random lines of 9 words")
+    parser.add_argument("--beams", default="4,1")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    args, rest = parser.parse_known_args()
+    if args.worker:
+        worker(bool(int(args.worker[0])), int(args.worker[1]), rest[1:] if rest[:1] == ["--"] else rest)
+        return
+
+    from t2tcli.model import dtype_policy
+    from t2tcli.model.dtype_policy import detect
+
+    machine = detect()
+    print(f"CPU kind: {bench_decode.cpu_kind()}; TF_ENABLE_ONEDNN_OPTS={os.environ.get('TF_ENABLE_ONEDNN_OPTS', '1')}")
+    policy = (dtype_policy.transposed_kernels(machine), dtype_policy.ffn_padding(machine, 2048))
+    print(f"this CPU's policy: {next(name for name, layout in LAYOUTS.items() if layout == policy)}")
+    beams = [int(b) for b in args.beams.split(",")]
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        _, model_dir = bench_decode.build_models(work, args.hparams_set)
+        src = work / "in.txt"
+        src.write_text("\n".join(bench_decode.inputs_random(args.lines, 9, 0)) + "\n")
+        runs: dict[tuple[int, str], list[float]] = {}
+        digests: dict[int, set[str]] = {}
+        for _ in range(args.rounds):
+            for beam in beams:
+                for name, layout in LAYOUTS.items():
+                    out = work / "out.txt"
+                    runs.setdefault((beam, name), []).append(decode_seconds(model_dir, src, out, beam, layout))
+                    digests.setdefault(beam, set()).add(hashlib.sha256(out.read_bytes()).hexdigest())
+    print(f"{args.hparams_set}, {args.lines} random lines, batch 64, 32 tokens a line: decode seconds")
+    for (beam, name), seconds in runs.items():
+        listed = " ".join(f"{s:.1f}" for s in seconds)
+        print(f"beam {beam}  {name:24s} median {statistics.median(seconds):6.2f}   runs {listed}")
+    for beam, found in digests.items():
+        print(f"beam {beam}: {'the same outputs' if len(found) == 1 else 'OUTPUTS DIFFER'} from every layout")
+
+
+if __name__ == "__main__":
+    main()
