@@ -219,7 +219,7 @@ def transposed_kernels(machine: Machine) -> bool:
     3,072-wide projections): at a beam search step's 256 rows, [256 x 512] x [512 x 2048]
     ran at 100 GFLOPS as held and 184 transposed (2-core AVX512-BF16 AMD EPYC held to
     AVX2), 78 and 136 (2-core AVX2-only AMD EPYC, CPU family 25); on the latter a t5_small
-    beam 4 decode of 128 random lines took a median 15.0 s transposed against 16.2 s as
+    beam 4 decode of 128 random lines took a median 15.2 s transposed against 16.1 s as
     held, same outputs, and greedy decoding was even. oneDNN's AVX-512 GEMM prefers the
     kernels as held (200 against 153 GFLOPS), its bfloat16 one is even, and so is Eigen's
     (TF_ENABLE_ONEDNN_OPTS=0; 66-73 GFLOPS as held against 45-48 transposed on the
