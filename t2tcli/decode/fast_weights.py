@@ -56,7 +56,7 @@ class Weights:
     """The model's variables, read once per batch in the activation dtype, named as
     t2tcli.model.weight_names names them for this architecture.
 
-    The layers' kernels are kept [out, in] on a CPU with AVX-512 held back to AVX2
+    The layers' kernels are kept [out, in] where oneDNN runs AVX2-class kernels
     (`dtype_policy.transposed_kernels`; transposed once per batch, outside the decode loop),
     [in, out] as the checkpoint holds them elsewhere; `dense` multiplies by them either way.
     The FFN's inner width may carry zero units (`dtype_policy.ffn_padding`) that change no value.
