@@ -247,11 +247,11 @@ def ffn_padding(machine: Machine, d_ff: int) -> int:
     AVX2-only AMD EPYC); a t5_small beam 4 batch went 8.5 -> 7.3-7.5 s and a greedy one
     3.1 -> 2.9 s, same outputs. With oneDNN (the default, which keeps the kernels
     transposed there: transposed_kernels), [256 x 2048] x [2048 x 512] against the
-    kernel held [512 x 2048] ran at 97-137 GFLOPS, and at 105-157 with 16 zero columns
-    more; the beam 4 decode in transposed_kernels was even with and without them. Widths
-    that are no multiple of 2,048 (3,072, 2,816, 1,024) did not gain. A CPU with AVX-512
-    held back to AVX2 transposes its kernels and keeps the width; AVX-512's and
-    bfloat16's GEMMs were not seen to slow down so.
+    kernel held [512 x 2048] ran at 137 GFLOPS, and at 157 with 16 zero columns more (97
+    and 105 at greedy's 64 rows); the beam 4 decode in transposed_kernels was even with
+    and without them. Widths that are no multiple of 2,048 (3,072, 2,816, 1,024) did not
+    gain. A CPU with AVX-512 held back to AVX2 transposes its kernels and keeps the
+    width; AVX-512's and bfloat16's GEMMs were not seen to slow down so.
     """
     if machine.device != "cpu" or "avx2" not in machine.cpu_flags or "avx512f" in machine.cpu_flags:
         return 0
