@@ -1,22 +1,25 @@
-"""Benchmark: the TensorFlow decode engine with each layout of its kernels, on this CPU.
+"""Benchmark: the TensorFlow decode engine with each of its per-CPU kernel choices forced.
 
     python bench/decode_layout.py                  # t5_small, beam 4 and greedy, 6 rounds
     python bench/decode_layout.py --beams=4 --rounds=3 --lines=64
+    python bench/decode_layout.py --variants=attention --beams=4   # a beam step's attention
 
 t2tcli.model.dtype_policy picks, per CPU, whether the fast engine keeps the layers'
-kernels as the checkpoint holds them ([in, out]) or transposed ([out, in]), and whether
-an FFN width of 2,048 gets 16 zero units; the choice was measured, and this is the
-measurement. Each layout decodes the same random lines with `t2t-decode
---decode_hparams=engine=fast` in a process of its own, the layouts in turns, --rounds
-times; the median of each is printed with its runs, the process's oneDNN setting and the
-CPU kind, and the outputs of all layouts are compared (they must be the same). Set
-TF_ENABLE_ONEDNN_OPTS=0 to measure Eigen's GEMMs instead of oneDNN's.
+kernels as the checkpoint holds them ([in, out]) or transposed ([out, in]), whether an
+FFN width of 2,048 gets 16 zero units, and whether a beam step's attention runs on
+oneDNN or Eigen; each choice was measured, and this is the measurement. Each variant
+decodes the same random lines with `t2t-decode --decode_hparams=engine=fast` in a process
+of its own, the variants in turns, --rounds times; the median of each is printed with its
+runs, the process's oneDNN setting and the CPU kind, and the outputs of all variants are
+compared (they must be the same). What a variant does not force follows this CPU's
+policy. Set TF_ENABLE_ONEDNN_OPTS=0 to measure Eigen's GEMMs instead of oneDNN's.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import statistics
 import subprocess
@@ -26,28 +29,33 @@ from pathlib import Path
 
 import decode as bench_decode  # bench/decode.py: the random model and its inputs
 
-# name: (transposed kernels, FFN zero units)
-LAYOUTS = {
-    "as held": (False, 0),
-    "as held, FFN padded": (False, 16),
-    "transposed": (True, 0),
-    "transposed, FFN padded": (True, 16),
+# Variants: the dtype_policy choices each forces.
+VARIANTS = {
+    "layouts": {
+        "as held": {"transposed_kernels": False, "ffn_padding": 0},
+        "as held, FFN padded": {"transposed_kernels": False, "ffn_padding": 16},
+        "transposed": {"transposed_kernels": True, "ffn_padding": 0},
+        "transposed, FFN padded": {"transposed_kernels": True, "ffn_padding": 16},
+    },
+    "attention": {
+        "beam attention on oneDNN": {"beam_attention_on_onednn": True},
+        "beam attention on Eigen": {"beam_attention_on_onednn": False},
+    },
 }
 
 
-def worker(transposed: bool, padding: int, decode_args: list[str]) -> None:
-    """t2t-decode with the layout forced, whatever this CPU's policy says."""
+def worker(forced: dict, decode_args: list[str]) -> None:
+    """t2t-decode with the choices of `forced` made, whatever this CPU's policy says."""
     from t2tcli.cli.decode import run
     from t2tcli.model import dtype_policy
 
-    dtype_policy.transposed_kernels = lambda machine: transposed
-    dtype_policy.ffn_padding = lambda machine, d_ff: padding
+    for choice, value in forced.items():
+        setattr(dtype_policy, choice, lambda *machine_and_width, value=value: value)
     sys.argv = ["t2t-decode", *decode_args]
     run()
 
 
-def decode_seconds(model_dir: Path, src: Path, out: Path, beam: int, layout: tuple[bool, int]) -> float:
-    transposed, padding = layout
+def decode_seconds(model_dir: Path, src: Path, out: Path, beam: int, forced: dict) -> float:
     args = [
         f"--model_dir={model_dir}",
         f"--decode_from_file={src}",
@@ -55,7 +63,7 @@ def decode_seconds(model_dir: Path, src: Path, out: Path, beam: int, layout: tup
         "--raw_inputs",
         f"--decode_hparams=beam_size={beam},alpha=0.6,batch_size=64,max_decode_length=32,engine=fast",
     ]
-    command = [sys.executable, __file__, "--worker", str(int(transposed)), str(padding), "--", *args]
+    command = [sys.executable, __file__, f"--worker={json.dumps(forced)}", "--", *args]
     proc = subprocess.run(command, capture_output=True, text=True)
     match = bench_decode.SUMMARY.search(proc.stderr)
     if proc.returncode != 0 or not match:
@@ -69,19 +77,23 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=128, help="random lines of 9 words")
     parser.add_argument("--beams", default="4,1")
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--variants", default="layouts", choices=sorted(VARIANTS))
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
     if args.worker:
-        worker(bool(int(args.worker[0])), int(args.worker[1]), rest[1:] if rest[:1] == ["--"] else rest)
+        worker(json.loads(args.worker), rest[1:] if rest[:1] == ["--"] else rest)
         return
 
     from t2tcli.model import dtype_policy
-    from t2tcli.model.dtype_policy import detect
 
-    machine = detect()
+    machine = dtype_policy.detect()
     print(f"CPU kind: {bench_decode.cpu_kind()}; TF_ENABLE_ONEDNN_OPTS={os.environ.get('TF_ENABLE_ONEDNN_OPTS', '1')}")
-    policy = (dtype_policy.transposed_kernels(machine), dtype_policy.ffn_padding(machine, 2048))
-    print(f"this CPU's policy: {next(name for name, layout in LAYOUTS.items() if layout == policy)}")
+    print(
+        f"this CPU's policy: transposed_kernels {dtype_policy.transposed_kernels(machine)}, "
+        f"ffn_padding {dtype_policy.ffn_padding(machine, 2048)} (at d_ff 2048), "
+        f"beam_attention_on_onednn {dtype_policy.beam_attention_on_onednn(machine)}"
+    )
+    variants = VARIANTS[args.variants]
     beams = [int(b) for b in args.beams.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -92,16 +104,16 @@ def main() -> None:
         digests: dict[int, set[str]] = {}
         for _ in range(args.rounds):
             for beam in beams:
-                for name, layout in LAYOUTS.items():
+                for name, forced in variants.items():
                     out = work / "out.txt"
-                    runs.setdefault((beam, name), []).append(decode_seconds(model_dir, src, out, beam, layout))
+                    runs.setdefault((beam, name), []).append(decode_seconds(model_dir, src, out, beam, forced))
                     digests.setdefault(beam, set()).add(hashlib.sha256(out.read_bytes()).hexdigest())
     print(f"{args.hparams_set}, {args.lines} random lines, batch 64, 32 tokens a line: decode seconds")
     for (beam, name), seconds in runs.items():
         listed = " ".join(f"{s:.1f}" for s in seconds)
         print(f"beam {beam}  {name:24s} median {statistics.median(seconds):6.2f}   runs {listed}")
     for beam, found in digests.items():
-        print(f"beam {beam}: {'the same outputs' if len(found) == 1 else 'OUTPUTS DIFFER'} from every layout")
+        print(f"beam {beam}: {'the same outputs' if len(found) == 1 else 'OUTPUTS DIFFER'} from every variant")
 
 
 if __name__ == "__main__":
