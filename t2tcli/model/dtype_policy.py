@@ -203,7 +203,9 @@ def beam_attention_on_onednn(machine: Machine) -> bool:
     (greedy decoding, every self-attention step) stay on Eigen everywhere: Eigen took 3.6
     against oneDNN's 4.7 ms for them on that CPU, and was faster for them held back to
     AVX2 too. Held back to AVX2, oneDNN's gain for a beam step was within the machine's
-    noise (1-4% of a decode); no real AVX2-only CPU has measured it, so AVX2-class CPUs
+    noise (1-4% of a decode), and so it was on a real 2-core AVX2-only AMD EPYC with
+    oneDNN on (a t5_small beam 4 decode of 128 random lines: a median 15.4 s against
+    15.75 s, 4 runs each, bench/decode_layout.py --variants=attention), so AVX2-class CPUs
     keep Eigen.
     """
     return onednn_avx512(machine)
