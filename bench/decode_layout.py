@@ -27,15 +27,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-import decode as bench_decode  # bench/decode.py: the random model and its inputs
+import decode as bench_decode  # bench/decode.py: the random model and its inputs (and t2tcli on sys.path)
+
+from t2tcli.model.dtype_policy import FFN_PADDING
 
 # Variants: the dtype_policy choices each forces.
 VARIANTS = {
     "layouts": {
         "as held": {"transposed_kernels": False, "ffn_padding": 0},
-        "as held, FFN padded": {"transposed_kernels": False, "ffn_padding": 16},
+        "as held, FFN padded": {"transposed_kernels": False, "ffn_padding": FFN_PADDING},
         "transposed": {"transposed_kernels": True, "ffn_padding": 0},
-        "transposed, FFN padded": {"transposed_kernels": True, "ffn_padding": 16},
+        "transposed, FFN padded": {"transposed_kernels": True, "ffn_padding": FFN_PADDING},
     },
     "attention": {
         "beam attention on oneDNN": {"beam_attention_on_onednn": True},
