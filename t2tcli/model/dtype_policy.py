@@ -223,9 +223,9 @@ def transposed_kernels(machine: Machine) -> bool:
     AVX2), 78 and 136 (2-core AVX2-only AMD EPYC, CPU family 25); on the latter a t5_small
     beam 4 decode of 128 random lines took a median 15.2 s transposed against 16.1 s as
     held, same outputs, and greedy decoding was even. oneDNN's AVX-512 GEMM prefers the
-    kernels as held (200 against 153 GFLOPS), its bfloat16 one is even, and so is Eigen's
-    (TF_ENABLE_ONEDNN_OPTS=0; 66-73 GFLOPS as held against 45-48 transposed on the
-    AVX2-only CPU, where greedy decoding went 13 -> 22-24 sentences/s untransposed).
+    kernels as held (200 against 153 GFLOPS; its bfloat16 one is even), and so does
+    Eigen's (TF_ENABLE_ONEDNN_OPTS=0; 66-73 GFLOPS as held against 45-48 transposed on
+    the AVX2-only CPU, where greedy decoding went 13 -> 22-24 sentences/s untransposed).
     Every GEMM where oneDNN runs AVX2 is float32 (bfloat16 ones run in float32 too,
     t2tcli.decode.fast_kernels.matmul), so the activation dtype need not be asked.
     """
