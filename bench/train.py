@@ -7,6 +7,7 @@
     python bench/train.py --mesh_tf_loss           # t2tcli with mesh-tf's own loss ops (A/B)
     python bench/train.py --mesh_tf_attention      # t2tcli with mesh-tf's attention layout (A/B)
     python bench/train.py --mesh_tf_adafactor      # t2tcli with mesh-tf's Adafactor update (A/B)
+    python bench/train.py --separate_projections   # t2tcli with one product per q, k, v kernel (A/B)
     python bench/train.py --run_limit=600          # stop a row's run after 600 s (default 1,200)
 
 Both sides train the same encoder-decoder (the hparams set's d_model, d_ff, heads, d_kv,
@@ -89,6 +90,7 @@ def worker_peak(dtype: str) -> dict:
 MESH_TF_LOSS = "BENCH_TRAIN_MESH_TF_LOSS"  # set: t2tcli rows train with mesh-tf's own loss ops
 MESH_TF_ATTENTION = "BENCH_TRAIN_MESH_TF_ATTENTION"  # set: t2tcli rows keep mesh-tf's attention layout
 MESH_TF_ADAFACTOR = "BENCH_TRAIN_MESH_TF_ADAFACTOR"  # set: t2tcli rows update with mesh-tf's AdafactorOptimizer
+SEPARATE_PROJECTIONS = "BENCH_TRAIN_SEPARATE_PROJECTIONS"  # set: t2tcli rows project q, k, v kernel by kernel
 
 
 def worker_t2t(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int, profile_dir: str = "") -> dict:
@@ -106,6 +108,8 @@ def worker_t2t(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int,
         gin_bindings.fuses_loss = lambda hp, use_tpu: False
     if os.environ.get(MESH_TF_ATTENTION):
         gin_bindings.head_major = lambda use_tpu: False
+    if os.environ.get(SEPARATE_PROJECTIONS):
+        gin_bindings.joins_projections = lambda hp, use_tpu: False
     if os.environ.get(MESH_TF_ADAFACTOR):
         import mesh_tensorflow as mtf
 
@@ -295,6 +299,11 @@ def main() -> None:
         help="t2tcli rows update with mesh-tensorflow's AdafactorOptimizer instead of the few-pass one (an A/B)",
     )
     parser.add_argument(
+        "--separate_projections",
+        action="store_true",
+        help="t2tcli rows run attention's q, k and v projections as one product per kernel (an A/B)",
+    )
+    parser.add_argument(
         "--run_limit",
         type=float,
         default=1200,
@@ -308,6 +317,8 @@ def main() -> None:
         os.environ[MESH_TF_LOSS] = "1"
     if args.mesh_tf_attention:
         os.environ[MESH_TF_ATTENTION] = "1"
+    if args.separate_projections:
+        os.environ[SEPARATE_PROJECTIONS] = "1"
     if args.worker:
         kind, dims_json, dtype, *rest = args.worker
         profile = rest.pop() if kind == "t2t" and len(rest) == 5 else ""

@@ -473,3 +473,25 @@ def test_the_model_runs_attention_head_major_off_tpu_with_mesh_tensorflows_varia
     assert graph.variable_names(tiny, 40) == head_major_names
     products, softmaxes = attention_products()
     assert not all(_is_batched_matmul(e) for e in products) and softmaxes == 0
+
+
+def test_the_training_graph_projects_q_k_and_v_from_joined_kernels(monkeypatch, tmp_path):
+    """Each self-attention layer's input is multiplied once by its joined [d_model, 3 x
+    inner] kernel, and each encoder-decoder layer's memory by a [d_model, 2 x inner] one,
+    forward and for the input's gradient (t2tcli.model.projections)."""
+    from t2tcli.model import gin_bindings
+
+    tiny = registry.hparams("mtf_transformer_tiny")
+    inner = tiny.num_heads * tiny.d_kv
+
+    def kernel_widths() -> list[int]:
+        ops = _model_graph_ops(tiny, tf.estimator.ModeKeys.TRAIN, tmp_path)
+        return [op.inputs[1].shape[-1] for op in ops if op.type == "Einsum" and op.inputs[1].shape[0] == tiny.d_model]
+
+    widths = kernel_widths()
+    self_attention_layers = tiny.num_encoder_layers + tiny.num_decoder_layers
+    assert widths.count(3 * inner) == 2 * self_attention_layers
+    assert widths.count(2 * inner) == 2 * tiny.num_decoder_layers
+    monkeypatch.setattr(gin_bindings, "joins_projections", lambda hp, use_tpu: False)
+    widths = kernel_widths()
+    assert 3 * inner not in widths and 2 * inner not in widths

@@ -14,6 +14,8 @@ mesh-tensorflow's chain of element-wise ops, the same function to float rounding
 
 The layers keep mesh-tensorflow's class names, so variable names and checkpoints are the
 same; `t2tcli.model.gin_bindings` picks them off TPU, where XLA chooses layouts itself.
+There they can also take q, k and v from joined kernels (t2tcli.model.projections),
+which hands them over already in head-major order.
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ from t2tcli.compat import tf  # its shims must precede mesh_tensorflow
 import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import attention as mtf_attention
 from mesh_tensorflow.transformer import transformer_layers
+
+from t2tcli.model import projections
+
+# Modes in which mesh-tensorflow decodes step by step and keeps k and v for later steps:
+# there the projections stay its own, as its decoding loop was written for them.
+_DECODING_MODES = ("incremental", "first_part")
 
 
 def _reordered(x: mtf.Tensor, dims: list[mtf.Dimension]) -> mtf.Tensor:
@@ -137,9 +145,26 @@ def head_major_attention(
     return mtf.reshape(outputs, orig_q_shape - key_dim + value_dim)
 
 
+def _joined(params: Any, context: Any, wanted: bool, with_query: bool) -> Any:
+    """`params`, projecting from joined kernels where asked for and possible (see
+    t2tcli.model.projections); never while decoding, whose cached k and v keep
+    mesh-tensorflow's order."""
+    if wanted and context.mode not in _DECODING_MODES:
+        return projections.joined(params, with_query)
+    return params
+
+
 @gin.configurable("HeadMajorSelfAttention", module="t2tcli")
 class SelfAttention(transformer_layers.SelfAttention):
-    """mesh-tensorflow's SelfAttention (same variables, same gin settings) with head-major attention."""
+    """mesh-tensorflow's SelfAttention (same variables, same gin settings) with head-major
+    attention, and q, k and v from one product when `joined_projections`."""
+
+    def __init__(self, joined_projections: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.joined_projections = joined_projections
+
+    def make_params(self, context: Any) -> Any:
+        return _joined(super().make_params(context), context, self.joined_projections, with_query=True)
 
     @property
     def attention_fn(self) -> Any:
@@ -150,7 +175,15 @@ class SelfAttention(transformer_layers.SelfAttention):
 
 @gin.configurable("HeadMajorEncDecAttention", module="t2tcli")
 class EncDecAttention(transformer_layers.EncDecAttention):
-    """mesh-tensorflow's EncDecAttention (same variables, same gin settings) with head-major attention."""
+    """mesh-tensorflow's EncDecAttention (same variables, same gin settings) with head-major
+    attention, and k and v from one product when `joined_projections`."""
+
+    def __init__(self, joined_projections: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.joined_projections = joined_projections
+
+    def make_params(self, context: Any) -> Any:
+        return _joined(super().make_params(context), context, self.joined_projections, with_query=False)
 
     @property
     def attention_fn(self) -> Any:

@@ -40,6 +40,22 @@ def head_major(use_tpu: bool) -> bool:
     return not use_tpu
 
 
+# The widest attention kernel (heads x d_kv) whose products are joined. On a 2-core
+# AVX2-only CPU, in float32, a self-attention layer's projections, forward and backward,
+# ran 1.12-1.20x as fast joined at 512 (t5_small), but 0.95x at 768 (t5_base), where the
+# kernels one by one already run near the matmul peak (`bench/projections.py`).
+JOINED_PROJECTIONS_MAX_WIDTH = 512
+
+
+def joins_projections(hp: HParams, use_tpu: bool) -> bool:
+    """Whether attention's projections of one input run as one product
+    (t2tcli.model.projections): with head-major attention, for kernels up to
+    JOINED_PROJECTIONS_MAX_WIDTH wide, when the mesh does not split the heads, along
+    which the kernels are joined."""
+    narrow = hp.num_heads * hp.d_kv <= JOINED_PROJECTIONS_MAX_WIDTH
+    return head_major(use_tpu) and narrow and spec_from_hparams(hp).split_of("heads") == 1
+
+
 def _literal(hp: HParams, key: str, kind: type) -> str:
     """The hparam as a Python literal gin parses back to the same value; anything but a
     value of `kind` is refused, so no text from a model_dir can add a binding or an import."""
@@ -103,6 +119,9 @@ def bindings(hp: HParams, use_tpu: bool = False) -> list[str]:
         f"DenseReluDense.dropout_rate = {_literal(hp, 'dropout_rate', float)}",
         f"DenseReluDense.activation = {_quoted(activation)}",
     ]
+    if joins_projections(hp, use_tpu):
+        out.append("t2tcli.HeadMajorSelfAttention.joined_projections = True")
+        out.append("t2tcli.HeadMajorEncDecAttention.joined_projections = True")
     if gathers_embeddings(hp, use_tpu):
         out.append("get_vocab_embedding_cls.cls = @t2tcli.GatherVocabEmbedding")
     if fuses_loss(hp, use_tpu):
