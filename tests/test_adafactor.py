@@ -98,3 +98,34 @@ def test_training_updates_every_variable_in_place_by_a_sum_of_squares_scale(monk
     assert in_place == trainable > 0 and l2 == 2 * trainable
     monkeypatch.setattr(optimization, "ADAFACTOR", mtf.optimize.AdafactorOptimizer)
     assert counts()[:2] == (0, 0)
+
+
+def test_no_variable_is_read_after_its_in_place_update_can_start(tmp_path):
+    """Every read of a variable in the training graph is ordered before the variable's
+    in-place update: the backward pass reads kernels again (for its inputs' gradients),
+    and an update that could run first would make runs with one seed differ."""
+    from test_numerics import _model_graph_ops
+
+    ops = _model_graph_ops(registry.hparams("mtf_transformer_tiny"), tf.estimator.ModeKeys.TRAIN, tmp_path)
+
+    def ancestors(*start) -> set:
+        seen, todo = set(), list(start)
+        while todo:
+            current = todo.pop()
+            for parent in [t.op for t in current.inputs] + list(current.control_inputs):
+                if parent not in seen:
+                    seen.add(parent)
+                    todo.append(parent)
+        return seen
+
+    updates = [op for op in ops if op.type == "ResourceApplyGradientDescent"]
+    assert updates
+    in_step = ancestors(*updates)  # what a training step runs (not, e.g., the saver's reads)
+    reads: dict = {}
+    for op in ops:
+        if op.type == "ReadVariableOp" and op in in_step:
+            reads.setdefault(op.inputs[0].op, []).append(op)
+    for update in updates:
+        before = ancestors(update)
+        late = [read.name for read in reads[update.inputs[0].op] if read not in before]
+        assert not late, (update.name, late)

@@ -83,11 +83,12 @@ def test_joined_projections_are_mesh_tensorflows_products_with_their_gradients(w
     for ours, theirs in zip(grads, their_grads, strict=True):
         assert np.abs(ours).sum() > 0
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
-    # One forward product of x by the joined kernel ([d_model, 3 or 2 x heads x d_kv]) and
-    # one for each of its gradients, where mesh-tensorflow runs one per kernel.
+    # Three products (forward, d(x), d(kernel)) for the joined kernel, [d_model, 3 or 2 x
+    # heads x d_kv], and three more for a q of its own, where mesh-tensorflow runs three
+    # per kernel. The joined kernel is an operand of two of them (forward and d(x)).
     joined_width = (3 if with_query else 2) * 8
-    assert sum(shape == [6, joined_width] for _, shape in products) == 2  # forward, d(x)
-    assert len(products) == (3 if with_query else 3 + 3)  # with q apart: q's three
+    assert sum(shape == [6, joined_width] for _, shape in products) == 2
+    assert len(products) == (3 if with_query else 6)
     assert len(their_products) == 9
 
 

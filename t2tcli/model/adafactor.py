@@ -90,9 +90,10 @@ class _ScaledAssignSub(mtf.Assign):
     lowered first.
     """
 
-    def __init__(self, var: mtf.Variable, delta: mtf.Tensor, scale: mtf.Tensor):
+    def __init__(self, var: mtf.Variable, delta: mtf.Tensor, scale: mtf.Tensor, after: list[mtf.Tensor]):
         super().__init__([var], [delta], name="scaled_assign_sub")
         self._scale = scale
+        self._after = after
 
     def lower(self, lowering):
         deltas = lowering.tensors[self.inputs[0]].to_laid_out_tensor().all_slices
@@ -109,16 +110,38 @@ class _ScaledAssignSub(mtf.Assign):
                 )
             return mtf.assign_sub_slice(variable, slice_var, delta * scale)
 
-        lowering.operations[self] = lowering.variables[self.variables[0]].assign_to_slices(
-            assign_fn, list(zip(deltas, scales, strict=True))
-        )
+        with tf.control_dependencies(_all_done(lowering, self._after)):
+            lowering.operations[self] = lowering.variables[self.variables[0]].assign_to_slices(
+                assign_fn, list(zip(deltas, scales, strict=True))
+            )
+
+
+def _all_done(lowering: mtf.Lowering, tensors: list[mtf.Tensor]) -> list[tf.Operation]:
+    """One op that runs once every slice of `tensors` is computed, made once per lowering.
+
+    The in-place updates wait for it, given the step's gradients: the backward pass reads
+    a kernel again for its input's gradient (TensorFlow reads a resource variable where it
+    is used), and an update that ran first would change what that read sees, so runs with
+    one seed would differ. mesh-tensorflow's grouped assignment waits for every gradient
+    the same way.
+    """
+    if not tensors:
+        return []
+    done = getattr(lowering, "_t2tcli_gradients_done", None)
+    if done is None:
+        slices = [s for t in tensors for s in lowering.tensors[t].to_laid_out_tensor().all_slices]
+        done = tf.group(*slices, name="gradients_done")
+        lowering._t2tcli_gradients_done = done
+    return [done]
 
 
 class FewPassAdafactor(mtf.optimize.AdafactorOptimizer):
     """mesh-tensorflow's Adafactor, whose update reads and writes each variable fewer times."""
 
     def apply_grads(self, grads: list[mtf.Tensor | None], variables: list[mtf.Variable]) -> list[mtf.Operation]:
-        """Like mesh-tensorflow's, but each in-place update stays an operation of its own."""
+        """Like mesh-tensorflow's, but each in-place update stays an operation of its own,
+        run once every gradient of the step is computed."""
+        self._gradients = [grad for grad in grads if grad is not None]
         ops = [op for grad, var in zip(grads, variables, strict=True) for op in self.apply_grad(grad, var)]
         in_place = [op for op in ops if isinstance(op, _ScaledAssignSub)]
         assigns = [op for op in ops if not isinstance(op, _ScaledAssignSub)]
@@ -161,7 +184,7 @@ class FewPassAdafactor(mtf.optimize.AdafactorOptimizer):
             if self._multiply_by_parameter_scale and not any(s in var.name for s in self._exclude_from_parameter_scale):
                 parameter_rms = mtf.sqrt(sum_of_squares(mtf.to_float(var.value)) * per_value)
                 scale *= mtf.maximum(parameter_rms, self._epsilon2)
-            updates.append(_ScaledAssignSub(var, x, scale))
+            updates.append(_ScaledAssignSub(var, x, scale, after=getattr(self, "_gradients", [])))
         return updates
 
 

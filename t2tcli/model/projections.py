@@ -1,13 +1,14 @@
 """Attention's q, k and v projections of one input as one matrix product.
 
 mesh-tensorflow projects a self-attention layer's input three times, once by each of its
-[d_model, heads * d_kv] kernels. At T5's shapes those are [2048, 512] x [512, 512]
-products, whose weight gradients especially run well below the machine's matmul peak on
-CPUs: a [512, 2048] x [2048, 512] product leaves each core too little work to hide its
-memory traffic. Concatenated along their output dimension, the three kernels make one
-[512, 1536] kernel, and its three products (forward, input and weight gradient) take the
-shapes of the FFN's, which run near the peak. An encoder-decoder layer's k and v, both
-projections of the encoder's output, are joined the same way.
+[d_model, heads * d_kv] kernels. At t5_small's shape those are [2048, 512] x [512, 512]
+products, and on an AVX2-only CPU they ran well below the FFN's products: 100-118 GFLOP/s
+forward and 66-108 for a kernel's gradient, against 132-143 (BENCHMARKS.md, "train,
+2026-11-27"). Concatenated along their output dimension, the three kernels make one
+[512, 1536] kernel, whose three products (forward, input and kernel gradients) have
+shapes close to the FFN's. An encoder-decoder layer's k and v, both projections of the
+encoder's output, are joined the same way. Wider kernels already run near the peak one by
+one, and joining them cost time there; `t2tcli.model.gin_bindings` decides where to join.
 
 The result comes back in head-major order ([batch, heads, length, d_kv]), split off the
 product with one transpose instead of one per projection, which is the order
@@ -70,7 +71,8 @@ def joint_projection(
 
 
 def _renamed(x: mtf.Tensor, source: mtf.Tensor, target: mtf.Tensor) -> mtf.Tensor:
-    """`x`, computed from `source`, with the dimension `target` renamed in `source` renamed alike."""
+    """`x`, computed from `source`, with the dimensions `target` renamed in `source` (its
+    length as memory_length) renamed alike."""
     old = [d for d in source.shape.dims if d not in target.shape.dims]
     new = [d for d in target.shape.dims if d not in source.shape.dims]
     for before, after in zip(old, new, strict=True):
