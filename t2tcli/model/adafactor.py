@@ -12,7 +12,8 @@ update scaled twice, then subtracted into a new buffer. Here:
   row of ones, which reads the squared gradient faster than TensorFlow's reduction over
   a leading axis;
 - the clipping and the parameter scale become one scalar, and the variable is updated
-  in place by `ResourceApplyGradientDescent` with it.
+  in place by `ResourceApplyGradientDescent` with it, once the step's every gradient is
+  computed (the backward pass reads kernels again).
 
 `bench/adafactor.py` times both updates at a T5 shape's weights.
 
