@@ -42,7 +42,7 @@ def length_of(t: mtf.Tensor) -> mtf.Dimension:
 
 
 def build(hp, batch: int, length: int, dtype: tf.DType, joined: bool, with_query: bool):
-    """A graph of one layer's projections and their gradients; returns (graph, fetches)."""
+    """A graph of one layer's projections and their gradients: (graph, its initializer, fetches)."""
     graph = tf.Graph()
     with graph.as_default():
         mesh_graph = mtf.Graph()
