@@ -103,7 +103,8 @@ def test_training_updates_every_variable_in_place_by_a_sum_of_squares_scale(monk
 def test_no_variable_is_read_after_its_in_place_update_can_start(tmp_path):
     """Every read of a variable in the training graph is ordered before the variable's
     in-place update: the backward pass reads kernels again (for its inputs' gradients),
-    and an update that could run first would make runs with one seed differ."""
+    and the learning rate and Adafactor's decay read the global step, which the step
+    increments. An update that could run first would make runs with one seed differ."""
     from test_numerics import _model_graph_ops
 
     ops = _model_graph_ops(registry.hparams("mtf_transformer_tiny"), tf.estimator.ModeKeys.TRAIN, tmp_path)
@@ -118,9 +119,11 @@ def test_no_variable_is_read_after_its_in_place_update_can_start(tmp_path):
                     todo.append(parent)
         return seen
 
-    updates = [op for op in ops if op.type == "ResourceApplyGradientDescent"]
-    assert updates
-    in_step = ancestors(*updates)  # what a training step runs (not, e.g., the saver's reads)
+    writes = ("ResourceApplyGradientDescent", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")
+    step = [op for op in ops if op.type == "NoOp" and "ResourceApplyGradientDescent" in {a.type for a in ancestors(op)}]
+    in_step = ancestors(*step)  # what a training step runs (not, e.g., the saver's or an initializer's ops)
+    updates = [op for op in in_step if op.type in writes]
+    assert {op.type for op in updates} >= {"ResourceApplyGradientDescent", "AssignAddVariableOp"}
     reads: dict = {}
     for op in ops:
         if op.type == "ReadVariableOp" and op in in_step:

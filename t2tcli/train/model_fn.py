@@ -131,7 +131,10 @@ def _train_spec(
     lowering = g.lower()
     tf_loss = tf.cast(lowering.export_to_tf_tensor(loss), tf.float32)
     tf_updates = [lowering.lowered_operation(op) for op in update_ops]
-    tf_updates.append(tf1.assign_add(global_step, 1))
+    # The step reads the global step (the learning rate, Adafactor's decay) where it uses it:
+    # an increment free to run first would give a step its successor's rates, at random.
+    with tf.control_dependencies(tf_updates):
+        tf_updates.append(tf1.assign_add(global_step, 1))
     train_op = tf.group(tf_updates)
     with tf.control_dependencies([train_op]):
         step_after = tf.identity(global_step.read_value())  # ordered after this step's update
