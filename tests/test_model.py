@@ -168,3 +168,35 @@ def test_tpu_estimator_is_configured_from_flags(tmp_path):
         estimator.build_estimator(
             str(tmp_path), hp, 32100, tpu=estimator.TPUSettings(tpu="grpc://127.0.0.1:8470", tpu_topology="4x4")
         )
+
+
+def test_a_stack_builds_its_self_attention_bias_once_with_the_same_loss(trained, monkeypatch, tmp_path):
+    """Every self-attention layer of a stack adds the same bias (masks and the shared
+    relative-position table): t2tcli builds it once per stack, mesh-tensorflow once per
+    layer, and the loss is the same either way."""
+    from mesh_tensorflow.transformer import transformer_layers
+
+    from t2tcli.model import attention
+
+    model_dir, hp, ids = trained
+
+    def table_lookups() -> int:
+        """Forward einsums that read a [heads, buckets] relative-position table."""
+        est = estimator.build_estimator(str(tmp_path), hp, VOCAB)
+        with tf.Graph().as_default() as g:
+            features = {k: tf.zeros([8, 8], tf.int32) for k in ("inputs", "targets")}
+            est.model_fn(features, None, tf.estimator.ModeKeys.TRAIN, est.config)
+        table = [hp.num_heads, hp.relative_attention_num_buckets]
+        return sum(
+            op.type == "Einsum" and "gradients" not in op.name and any(t.shape.as_list() == table for t in op.inputs)
+            for op in g.get_operations()
+        )
+
+    def dev_xent() -> float:
+        return estimator.build_estimator(model_dir, hp, VOCAB).evaluate(_dataset(ids, True, 8), steps=2)["xent"]
+
+    shared_lookups, shared_xent = table_lookups(), dev_xent()
+    assert shared_lookups == 2  # the encoder's and the decoder's
+    monkeypatch.setattr(attention.SelfAttention, "compute_bias", transformer_layers.SelfAttention.compute_bias)
+    assert table_lookups() == hp.num_encoder_layers + hp.num_decoder_layers
+    assert dev_xent() == pytest.approx(shared_xent, rel=1e-6)

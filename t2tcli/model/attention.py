@@ -16,6 +16,13 @@ The layers keep mesh-tensorflow's class names, so variable names and checkpoints
 same; `t2tcli.model.gin_bindings` picks them off TPU, where XLA chooses layouts itself.
 There they can also take q, k and v from joined kernels (t2tcli.model.projections),
 which hands them over already in head-major order.
+
+The self-attention bias (padding and causal masks plus T5's relative-position bias,
+whose table all layers of a stack share) is the same tensor in every layer of a stack,
+yet mesh-tensorflow builds it again in each: bucketing, the table's one-hot lookup, the
+masks, their sum, and a transpose into the logits' order, forward, and the same again
+backward. Here a stack builds it once, in the logits' order and dtype, and each layer
+adds it; its gradient is the sum of the layers', as before.
 """
 
 from __future__ import annotations
@@ -132,7 +139,7 @@ def head_major_attention(
         q, k = mtf.cast(q, tf.float32), mtf.cast(k, tf.float32)
     logits = mtf.layers.us_einsum([q, k], reduced_dims=[key_dim])
     if bias is not None:
-        logits += mtf.cast(bias, logits.dtype)
+        logits += _bias_in_logits_order(bias, logits, context)
     if logits.shape.dims[-1] == memory_length_dim:
         weights = softmax_over_last(logits)
     else:
@@ -143,6 +150,21 @@ def head_major_attention(
     )
     outputs = mtf.einsum([weights, v], q.shape - key_dim + value_dim)
     return mtf.reshape(outputs, orig_q_shape - key_dim + value_dim)
+
+
+def _bias_in_logits_order(bias: mtf.Tensor, logits: mtf.Tensor, context: Any) -> mtf.Tensor:
+    """`bias` cast to the logits' dtype, its dimensions in the logits' order, so adding it
+    is one pass; made once per bias tensor, which a stack's layers share (see
+    `SelfAttention.compute_bias`)."""
+    order = [d for d in logits.shape.dims if d in bias.shape.dims]
+    if len(order) != len(bias.shape.dims):  # a bias the logits broadcast to: as mesh-tensorflow adds it
+        return mtf.cast(bias, logits.dtype)
+    key = ("t2tcli.bias_in_logits_order", id(bias), tuple(order), logits.dtype)
+    cache = getattr(context, "cache", None)
+    cache = {} if cache is None else cache  # a context without one: made for this layer only
+    if key not in cache or cache[key][0] is not bias:
+        cache[key] = (bias, mtf.cast(_reordered(bias, order), logits.dtype))
+    return cache[key][1]
 
 
 def _joined(params: Any, context: Any, wanted: bool, with_query: bool) -> Any:
@@ -165,6 +187,47 @@ class SelfAttention(transformer_layers.SelfAttention):
 
     def make_params(self, context: Any) -> Any:
         return _joined(super().make_params(context), context, self.joined_projections, with_query=True)
+
+    def compute_bias(
+        self,
+        context: Any,
+        memory_position: mtf.Tensor,
+        x: mtf.Tensor,
+        heads_dims: list[mtf.Dimension],
+        q: mtf.Tensor,
+        use_prompt_kv: str | None = None,
+    ) -> mtf.Tensor | None:
+        """mesh-tensorflow's bias, built once per stack where it is the same in every
+        layer: over whole sequences (not while decoding step by step), with no relative
+        bias or a shared one, and no hyper-prompts."""
+        shared = (
+            self.relative_attention_type in (None, "bias_shared")
+            and context.mode not in _DECODING_MODES
+            and use_prompt_kv is None
+        )
+        if not shared:
+            return super().compute_bias(context, memory_position, x, heads_dims, q, use_prompt_kv)
+        # Everything the bias is made of; memory_position is the renamed position here.
+        made_of = (
+            context.position,
+            context.sequence_id,
+            context.subsequence_id,
+            context.read_priority,
+            context.write_priority,
+        )
+        key = (
+            "t2tcli.self_attention_bias",
+            type(self),
+            self.min_relative_position(context),
+            self.max_relative_position(context),
+            tuple(heads_dims),
+            self.relative_attention_type,
+            self.relative_attention_num_buckets,
+            tuple(id(part) for part in made_of),
+        )
+        if key not in context.cache:
+            context.cache[key] = super().compute_bias(context, memory_position, x, heads_dims, q, use_prompt_kv)
+        return context.cache[key]
 
     @property
     def attention_fn(self) -> Any:
