@@ -19,34 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-BIN = REPO / "bin"
-
-
-def cpu_kind() -> str:
-    flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").exists() else set()
-    if "amx_bf16" in flags:
-        return "AMX"
-    if "avx512_bf16" in flags:
-        return "AVX512-BF16 without AMX"
-    return "AVX512 without BF16" if "avx512f" in flags else "AVX2-only"
-
-
-def run(binary: str, *args: str) -> float:
-    """Runs one binary, its output to a log beside the work; returns its wall seconds."""
-    command = [sys.executable, str(BIN / binary), *args]
-    print("$", " ".join([binary, *args]), flush=True)
-    started = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.stderr.write(done.stderr[-4000:])
-        raise SystemExit(f"{binary} failed (exit {done.returncode})")
-    return time.monotonic() - started
+from binaries import cpu_kind, run
 
 
 def last_eval(model_dir: Path, problem: str) -> dict:
@@ -84,7 +59,7 @@ def main() -> None:
     for model in models.values():
         if model.exists():
             raise SystemExit(f"{model} exists: remove {work} or pass another --work_dir")
-    seconds["pretrain"] = run(
+    seconds["pretrain"], _ = run(
         "t2t-train",
         "--problem=verses_span_corruption",
         f"--data_dir={pre_data}",
@@ -95,7 +70,7 @@ def main() -> None:
     )
     run("t2t-eval", f"--model_dir={models['pretrained']}", f"--max_examples={args.eval_examples}")
     for name, init in (("finetuned", [f"--init_checkpoint={models['pretrained']}"]), ("scratch", [])):
-        seconds[name] = run(
+        seconds[name], _ = run(
             "t2t-train",
             "--problem=translate_en_es",
             f"--data_dir={ft_data}",

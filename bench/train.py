@@ -3,11 +3,12 @@
     python bench/train.py                          # t5_small: batch 16, lengths 128/128, vocab 32,128
     python bench/train.py --hparams_set=t5_base    # T5 base's shape
     python bench/train.py --quick                  # batch 8, lengths 64/64, fewer steps
-    python bench/train.py --profile=DIR            # also: where a step's time goes, by TF op type
+    python bench/train.py --profile=DIR            # also: where a step's time goes (op types; wall time with no matmul)
     python bench/train.py --mesh_tf_loss           # t2tcli with mesh-tf's own loss ops (A/B)
     python bench/train.py --mesh_tf_attention      # t2tcli with mesh-tf's attention layout (A/B)
     python bench/train.py --mesh_tf_adafactor      # t2tcli with mesh-tf's Adafactor update (A/B)
     python bench/train.py --separate_projections   # t2tcli with one product per q, k, v kernel (A/B)
+    python bench/train.py --per_layer_bias         # t2tcli building the self-attention bias in each layer (A/B)
     python bench/train.py --run_limit=600          # stop a row's run after 600 s (default 1,200)
 
 Both sides train the same encoder-decoder (the hparams set's d_model, d_ff, heads, d_kv,
@@ -27,11 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import step_trace
 
 REPO = Path(__file__).resolve().parent.parent
 T5_VOCAB = 32128  # T5's SentencePiece vocabulary padded to a multiple of 128
@@ -91,6 +93,7 @@ MESH_TF_LOSS = "BENCH_TRAIN_MESH_TF_LOSS"  # set: t2tcli rows train with mesh-tf
 MESH_TF_ATTENTION = "BENCH_TRAIN_MESH_TF_ATTENTION"  # set: t2tcli rows keep mesh-tf's attention layout
 MESH_TF_ADAFACTOR = "BENCH_TRAIN_MESH_TF_ADAFACTOR"  # set: t2tcli rows update with mesh-tf's AdafactorOptimizer
 SEPARATE_PROJECTIONS = "BENCH_TRAIN_SEPARATE_PROJECTIONS"  # set: t2tcli rows project q, k, v kernel by kernel
+PER_LAYER_BIAS = "BENCH_TRAIN_PER_LAYER_BIAS"  # set: t2tcli rows build the self-attention bias in every layer
 
 
 def worker_t2t(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int, profile_dir: str = "") -> dict:
@@ -110,6 +113,12 @@ def worker_t2t(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int,
         gin_bindings.head_major = lambda use_tpu: False
     if os.environ.get(SEPARATE_PROJECTIONS):
         gin_bindings.joins_projections = lambda hp, use_tpu: False
+    if os.environ.get(PER_LAYER_BIAS):
+        from mesh_tensorflow.transformer import transformer_layers
+
+        from t2tcli.model import attention
+
+        attention.SelfAttention.compute_bias = transformer_layers.SelfAttention.compute_bias
     if os.environ.get(MESH_TF_ADAFACTOR):
         import mesh_tensorflow as mtf
 
@@ -207,54 +216,6 @@ def worker_hf(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int) 
     return {"step_time": (time.perf_counter() - start) / steps}
 
 
-def op_time_summary(trace: Path, events: list[dict], top: int = 15) -> list[str]:
-    """The traced step's op time by op type, largest first (ops of 2 cores overlap, so
-    shares are of the summed op time, not of the step's wall time)."""
-    by_type: dict[str, float] = {}
-    for event in events:
-        if event.get("ph") == "X" and "dur" in event:
-            kind = event.get("args", {}).get("op") or event.get("name", "?")
-            by_type[kind] = by_type.get(kind, 0.0) + event["dur"] / 1e6
-    total = sum(by_type.values())
-    lines = [f"summed op time {total:.2f} s in {trace.name}"]
-    for kind, seconds in sorted(by_type.items(), key=lambda kv: -kv[1])[:top]:
-        lines.append(f"  {kind:<32}{seconds:>8.3f} s {100 * seconds / total:>6.1f}%")
-    return lines
-
-
-def attention_softmax_gaps(events: list[dict]) -> list[str]:
-    """For each attention layer of the traced step's forward pass, the time from its logits
-    einsum's end to its weighted sum's start: the softmax, bias, cast and dropout, which
-    run with no matmul of that layer beside them."""
-    einsums: dict[str, list[tuple[float, float]]] = {}
-    softmax: dict[str, list[tuple[float, float]]] = {}
-    layer = re.compile(r"((?:en|de)coder/block_\d+/layer_\d+/(?:SelfAttention|EncDecAttention))/")
-    for event in events:
-        name = event.get("args", {}).get("name", "")
-        found = layer.match(name)
-        if event.get("ph") != "X" or not found or "gradients" in name:
-            continue
-        span = (event["ts"] / 1e3, (event["ts"] + event.get("dur", 0)) / 1e3)
-        if "Einsum" in event["args"].get("op", ""):
-            einsums.setdefault(found.group(1), []).append(span)
-        elif "/softmax" in name or "/reduce_logsumexp" in name:
-            softmax.setdefault(found.group(1), []).append(span)
-    gaps = []
-    for key, spans in softmax.items():
-        first, last = min(s for s, _ in spans), max(e for _, e in spans)
-        before = [e for _, e in einsums.get(key, []) if e <= first]
-        after = [s for s, _ in einsums.get(key, []) if s >= last]
-        if before and after:
-            gaps.append(min(after) - max(before))
-    if not gaps:
-        return []
-    gaps.sort()
-    return [
-        f"attention layers' logits-to-weighted-sum time (forward): median {gaps[len(gaps) // 2]:.2f} ms"
-        f" over {len(gaps)} layers, {sum(gaps):.1f} ms in all"
-    ]
-
-
 def _spawn(*args: str, limit: float | None = None) -> dict | None:
     """One worker's JSON result; {"timed_out": limit} when it ran past `limit` seconds."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
@@ -304,6 +265,11 @@ def main() -> None:
         help="t2tcli rows run attention's q, k and v projections as one product per kernel (an A/B)",
     )
     parser.add_argument(
+        "--per_layer_bias",
+        action="store_true",
+        help="t2tcli rows build the self-attention bias in every layer, as mesh-tensorflow does (an A/B)",
+    )
+    parser.add_argument(
         "--run_limit",
         type=float,
         default=1200,
@@ -319,6 +285,8 @@ def main() -> None:
         os.environ[MESH_TF_ATTENTION] = "1"
     if args.separate_projections:
         os.environ[SEPARATE_PROJECTIONS] = "1"
+    if args.per_layer_bias:
+        os.environ[PER_LAYER_BIAS] = "1"
     if args.worker:
         kind, dims_json, dtype, *rest = args.worker
         profile = rest.pop() if kind == "t2t" and len(rest) == 5 else ""
@@ -417,7 +385,7 @@ def main() -> None:
                 print("(no trace written)")
                 continue
             events = json.loads(traces[-1].read_text())["traceEvents"]
-            print("\n".join(op_time_summary(traces[-1], events) + attention_softmax_gaps(events)))
+            print("\n".join(step_trace.report(traces[-1], events)))
 
 
 if __name__ == "__main__":

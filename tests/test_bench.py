@@ -1,0 +1,88 @@
+"""The benchmarks' own code: what they import from t2tcli still exists, and the trace
+reading behind `bench/train.py --profile` splits a step's time as it says."""
+
+import importlib
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+import step_trace  # noqa: E402
+
+FROM_IMPORT = re.compile(r"from (t2tcli[\w.]*) import ([\w, ]+)")
+
+
+def test_every_name_the_benchmarks_import_from_t2tcli_exists():
+    """Benchmarks are not run by the tests; a module moved in the library must not leave
+    one of them (or bench/run's inline Python) importing from where it was."""
+    imports = set()
+    for script in [*BENCH.glob("*.py"), BENCH / "run"]:
+        for module, names in FROM_IMPORT.findall(script.read_text()):
+            for name in filter(None, (n.split(" as ")[0].strip() for n in names.split(","))):
+                imports.add((module, name, script.name))
+    assert len(imports) > 20
+    for module, name, script in sorted(imports):
+        where = f"{script}: from {module} import {name}"
+        spec = importlib.util.find_spec(module)
+        assert spec is not None, where
+        if spec.submodule_search_locations is not None and importlib.util.find_spec(f"{module}.{name}"):
+            continue  # a module of a package
+        if module.startswith("t2tcli.cli"):  # a binary's module defines its flags when imported
+            source = Path(spec.origin).read_text()
+            assert re.search(rf"^(def|class) {name}\b|^{name}\b.*=", source, re.M), where
+        else:
+            assert hasattr(importlib.import_module(module), name), where
+
+
+def op(start, end, name, kind):
+    return {"ph": "X", "ts": start, "dur": end - start, "args": {"name": name, "op": kind}}
+
+
+def test_time_with_no_matmul_is_split_among_the_ops_running_then():
+    events = [
+        op(0, 100, "encoder/block_000/layer_001/DenseReluDense/wi/einsum/parallel_0/einsum/Einsum", "_MklEinsum"),
+        op(20, 60, "encoder/block_000/layer_001/layer_norm/square/parallel_0/Square", "Square"),  # beside a matmul
+        op(100, 150, "decoder/token_loss/parallel_0/PartitionedCall", "PartitionedCall"),
+        op(150, 170, "shared/embedding/adafactor/square/parallel_0/Square", "Square"),
+        op(150, 170, "decoder/block_001/layer_002/DenseReluDense/dropout/einsum/parallel_0/Mul", "Mul"),
+        op(180, 200, "decoder/einsum_3/gradients/einsum/parallel_0/einsum/Einsum", "_MklEinsum"),
+        op(200, 206, "decoder/block_001/layer_000/SelfAttention/softmax/parallel_0/Softmax", "_MklSoftmax"),
+        {"ph": "s", "ts": 300, "name": "flow"},  # not an op
+    ]
+    parts = step_trace.wall_time_breakdown(events)
+    assert parts["span"] == 206
+    assert parts["matmul"] == 120
+    assert parts["idle"] == 10
+    assert parts["no_matmul"] == {
+        "loss": 50,
+        "optimizer": 10,
+        "dropout": 10,
+        "attention: softmax, bias, mask, layout": 6,
+    }
+    lines = step_trace.wall_time_lines(events)
+    assert lines[0].startswith("trace span 0.000 s") and "ops but no matmul 0.000 s (36.9%)" in lines[0]
+    assert lines[2].split() == ["loss", "0.1", "24.3%"]
+
+
+def test_ops_are_sorted_into_kinds_of_work_by_scope_then_type():
+    kinds = {
+        "decoder/block_000/layer_002/DenseReluDense/wi/relu/parallel_0/Relu Relu": "FFN activation",
+        "encoder/block_000/layer_000/SelfAttention/transpose/parallel_0/transpose _MklTranspose": (
+            "attention: softmax, bias, mask, layout"
+        ),
+        "encoder/gather_rows/parallel_0/GatherV2 GatherV2": "embedding lookup",
+        "decoder/block_000/layer_001/add_2/parallel_0/Add AddV2": "residual adds",
+        "decoder/cast_1/parallel_0/Cast Cast": "casts",
+        "shared/embedding/adafactor/scaled_assign_sub/x ResourceApplyGradientDescent": "optimizer",
+        "decoder/einsum/parallel_0/Mul Mul": "other: Mul",
+    }
+    for key, kind in kinds.items():
+        name, op_type = key.rsplit(" ", 1)
+        assert step_trace.kind_of_work(op(0, 1, name, op_type)) == kind, key
+
+
+def test_an_empty_trace_has_nothing_to_split():
+    assert step_trace.wall_time_breakdown([])["span"] == 0.0
