@@ -162,7 +162,7 @@ def _bias_in_logits_order(bias: mtf.Tensor, logits: mtf.Tensor, context: Any) ->
     key = ("t2tcli.bias_in_logits_order", id(bias), tuple(order), logits.dtype)
     cache = getattr(context, "cache", None)
     cache = {} if cache is None else cache  # a context without one: made for this layer only
-    if key not in cache or cache[key][0] is not bias:
+    if key not in cache:  # the entry holds `bias`, so no other tensor can take its id meanwhile
         cache[key] = (bias, mtf.cast(_reordered(bias, order), logits.dtype))
     return cache[key][1]
 
