@@ -52,6 +52,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "examples"))
 
+from peer import usable_cores  # noqa: E402
+
 # The row of each engine engine=auto may choose on one CPU.
 ENGINE_ROWS = {"ctranslate2": "t2t-decode ctranslate2 float32", "fast": "t2t-decode fast (TF)"}
 SUMMARY = re.compile(r"(\d+) lines .*?(\d+) output tokens in ([\d.]+) s \(([\d.]+) s start-up\)")
@@ -187,7 +189,7 @@ def run_hf(hf_dir: Path, batches: list[list[list[int]]], beam: int, length: int,
 
     from t2tcli.data.vocab import EOS_ID
 
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(usable_cores())
     model = AutoModelForSeq2SeqLM.from_pretrained(str(hf_dir)).eval()
     started = time.monotonic()
     lines = tokens = steps = 0
@@ -224,7 +226,7 @@ def run_ct2(
     from t2tcli.data.vocab import EOS_ID, PAD_ID
 
     translator = ctranslate2.Translator(
-        str(ct2_dir), device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=os.cpu_count() or 1
+        str(ct2_dir), device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=usable_cores()
     )
     names = token_names(ct2_dir, batches)
     unsaid = {names[PAD_ID], names[EOS_ID]}  # as run_hf counts
@@ -398,7 +400,7 @@ def main() -> None:
     )
     print(
         f"{model} {shape} vocabulary {rows} rows, batch {args.batch_size}, {lengths}, "
-        f"{os.cpu_count()} cores, {cpu_kind()} CPU"
+        f"{usable_cores()} cores, {cpu_kind()} CPU"
     )
     print(
         f"{'data':<24}{'tokens in':>10}  {'search':<8}{'system':<33}{'sent/s':>9}{'range':>12}{'tok/s':>9}"

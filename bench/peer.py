@@ -11,13 +11,21 @@ import os
 from typing import Any
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: `taskset` or a cgroup cpuset narrows them, and
+    `os.cpu_count()` (the machine's count) would then oversubscribe them."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def t5_peer(hp: dict[str, Any], vocab_size: int, dropout_rate: float) -> Any:
     """A randomly initialised `T5ForConditionalGeneration` with `hp`'s dimensions."""
     import torch
     from transformers import T5Config, T5ForConditionalGeneration
 
     torch.manual_seed(0)
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(usable_cores())
     config = T5Config(
         vocab_size=vocab_size,
         d_model=hp["d_model"],

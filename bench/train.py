@@ -9,6 +9,7 @@
     python bench/train.py --mesh_tf_adafactor      # t2tcli with mesh-tf's Adafactor update (A/B)
     python bench/train.py --separate_projections   # t2tcli with one product per q, k, v kernel (A/B)
     python bench/train.py --per_layer_bias         # t2tcli building the self-attention bias in each layer (A/B)
+    python bench/train.py --mesh_tf_norm           # t2tcli with mesh-tf's element-wise RMS norms (A/B)
     python bench/train.py --run_limit=600          # stop a row's run after 600 s (default 1,200)
 
 Both sides train the same encoder-decoder (the hparams set's d_model, d_ff, heads, d_kv,
@@ -94,6 +95,7 @@ MESH_TF_ATTENTION = "BENCH_TRAIN_MESH_TF_ATTENTION"  # set: t2tcli rows keep mes
 MESH_TF_ADAFACTOR = "BENCH_TRAIN_MESH_TF_ADAFACTOR"  # set: t2tcli rows update with mesh-tf's AdafactorOptimizer
 SEPARATE_PROJECTIONS = "BENCH_TRAIN_SEPARATE_PROJECTIONS"  # set: t2tcli rows project q, k, v kernel by kernel
 PER_LAYER_BIAS = "BENCH_TRAIN_PER_LAYER_BIAS"  # set: t2tcli rows build the self-attention bias in every layer
+MESH_TF_NORM = "BENCH_TRAIN_MESH_TF_NORM"  # set: t2tcli rows use mesh-tf's own RMS norm ops
 
 
 def worker_t2t(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int, profile_dir: str = "") -> dict:
@@ -109,6 +111,8 @@ def worker_t2t(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int,
 
     if os.environ.get(MESH_TF_LOSS):
         gin_bindings.fuses_loss = lambda hp, use_tpu: False
+    if os.environ.get(MESH_TF_NORM):
+        gin_bindings.fuses_norm = lambda hp, use_tpu: False
     if os.environ.get(MESH_TF_ATTENTION):
         gin_bindings.head_major = lambda use_tpu: False
     if os.environ.get(SEPARATE_PROJECTIONS):
@@ -270,6 +274,11 @@ def main() -> None:
         help="t2tcli rows build the self-attention bias in every layer, as mesh-tensorflow does (an A/B)",
     )
     parser.add_argument(
+        "--mesh_tf_norm",
+        action="store_true",
+        help="t2tcli rows run mesh-tensorflow's element-wise RMS norms instead of the fused ones (an A/B)",
+    )
+    parser.add_argument(
         "--run_limit",
         type=float,
         default=1200,
@@ -287,6 +296,8 @@ def main() -> None:
         os.environ[SEPARATE_PROJECTIONS] = "1"
     if args.per_layer_bias:
         os.environ[PER_LAYER_BIAS] = "1"
+    if args.mesh_tf_norm:
+        os.environ[MESH_TF_NORM] = "1"
     if args.worker:
         kind, dims_json, dtype, *rest = args.worker
         profile = rest.pop() if kind == "t2t" and len(rest) == 5 else ""

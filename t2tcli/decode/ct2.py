@@ -225,7 +225,9 @@ class Predictor:
         self, model_path: str, hp: HParams, vocab: Vocabulary, decode: dict[str, Any], quantization: str
     ) -> None:
         ct2 = module()
-        threads = os.cpu_count() or 1
+        # The cores this process may use: under `taskset` or a cpuset, os.cpu_count()
+        # counts the whole machine, and that many threads would fight over a few cores.
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         self.translator = ct2.Translator(
             model_path, device="cpu", compute_type=quantization, inter_threads=1, intra_threads=threads
         )

@@ -34,6 +34,18 @@ def fuses_loss(hp: HParams, use_tpu: bool) -> bool:
     return not use_tpu and spec_from_hparams(hp).split_of("vocab") == 1
 
 
+def fuses_norm(hp: HParams, use_tpu: bool) -> bool:
+    """Whether the RMS norms are t2tcli.model.rms_norm's fused passes rather than
+    mesh-tf's element-wise ops: off TPU, when the mesh splits neither d_model nor length."""
+    spec = spec_from_hparams(hp)
+    return not use_tpu and spec.split_of("d_model") == 1 and spec.split_of("length") == 1
+
+
+def uses_xla(hp: HParams, use_tpu: bool) -> bool:
+    """Whether the model has XLA-compiled functions of its own (the fused loss or norms)."""
+    return fuses_loss(hp, use_tpu) or fuses_norm(hp, use_tpu)
+
+
 def head_major(use_tpu: bool) -> bool:
     """Whether attention runs head-major (t2tcli.model.attention): off TPU, where layouts
     are the einsums' own."""
@@ -80,9 +92,11 @@ def bindings(hp: HParams, use_tpu: bool = False) -> list[str]:
     # T5 v1.0's norm variables are .../layer_norm/scale and final_layer_norm/scale (mesh-tf's
     # "legacy" sublayers); v1.1's are .../rms_norm/scale. The computation is the same.
     if hp.norm_scope == "layer_norm":
-        norm, final_norm = "sublayer_legacy_rms_norm", "sublayer_legacy_final_rms_norm"
+        norm, final_norm = "legacy_rms_norm", "legacy_final_rms_norm"
     else:
-        norm = final_norm = "sublayer_rms_norm"
+        norm = final_norm = "rms_norm"
+    norms = "t2tcli.fused_" if fuses_norm(hp, use_tpu) else "transformer.sublayer_"
+    norm, final_norm = norms + norm, norms + final_norm
     # A gated FFN (T5 v1.1's gated-gelu) multiplies act(x wi_0) by the linear x wi_1.
     activation = (
         [hp.ffn_activation.removeprefix("gated-"), "linear"] if is_gated(hp.ffn_activation) else hp.ffn_activation
@@ -98,9 +112,9 @@ def bindings(hp: HParams, use_tpu: bool = False) -> list[str]:
         f"decoder/make_layer_stack.num_layers = {_literal(hp, 'num_decoder_layers', int)}",
         "make_layer_stack.block_scope = True",
         "LayerStack.sublayers_initial = [@transformer.sublayer_dropout]",
-        f"LayerStack.sublayers_per_layer = [@transformer.{norm}, @transformer.sublayer_call_layer, "
+        f"LayerStack.sublayers_per_layer = [@{norm}, @transformer.sublayer_call_layer, "
         "@transformer.sublayer_dropout, @transformer.sublayer_residual]",
-        f"LayerStack.sublayers_final = [@transformer.{final_norm}, @transformer.sublayer_dropout]",
+        f"LayerStack.sublayers_final = [@{final_norm}, @transformer.sublayer_dropout]",
         f"sublayer_dropout.dropout_rate = {_literal(hp, 'dropout_rate', float)}",
         f"Unitransformer.d_model = {_literal(hp, 'd_model', int)}",
         f"Unitransformer.shared_embedding_and_softmax_weights = {_literal(hp, 'tie_embeddings', bool)}",
@@ -134,7 +148,7 @@ def apply(hp: HParams, use_tpu: bool = False) -> None:
     import mesh_tensorflow.transformer.transformer  # noqa: F401  (registers configurables)
     import mesh_tensorflow.transformer.transformer_layers  # noqa: F401
 
-    from t2tcli.model import attention, embedding, token_loss  # noqa: F401  (register t2tcli's configurables)
+    from t2tcli.model import attention, embedding, rms_norm, token_loss  # noqa: F401  (register t2tcli's configurables)
 
     with gin.unlock_config():
         gin.clear_config(clear_constants=True)

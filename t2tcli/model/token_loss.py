@@ -1,4 +1,4 @@
-"""Training's cross-entropy as one fused function of the logits, in float32.
+"""Training's cross-entropy as fused functions of the logits, in float32.
 
 mesh-tensorflow builds the loss from a dozen element-wise ops over the
 [batch, length, vocab] logits (a one-hot target tensor, max, subtract, exp, sum,
@@ -7,19 +7,19 @@ a full pass over memory, and all run in the activation dtype: in bfloat16 the
 log-partition is a sum of 32,128 bfloat16 terms. At T5's shape these passes took about
 as long as the logits' own matmul, and on CPUs nothing fuses them.
 
-Here one XLA-compiled function gives, in float32, each token's loss and the loss's
-gradient for every logit, so the backward pass is a single scale by each token's
-incoming gradient; TensorFlow's fused softmax cross-entropy kernel works the same way,
-but has no z-loss or label smoothing. The loss is mesh-tensorflow's, more exactly
-rounded. XLA compiles only this element-wise work: the matmuls stay with oneDNN.
-`t2tcli.model.gin_bindings` chooses it off TPU (where XLA fuses mesh-tensorflow's ops
-anyway) when no mesh dimension splits the vocabulary, as each slice needs whole rows.
+Here XLA-compiled functions do that work in float32, in as few passes over the logits
+as the maths allows. The forward pass reads them twice (TensorFlow's row maximum, then
+one XLA pass for each token's loss and its gradient's factor); the backward pass reads
+them once more and writes the gradient, already scaled by each token's incoming
+gradient. TensorFlow's fused softmax cross-entropy kernel has no z-loss or label
+smoothing. The loss is mesh-tensorflow's, more exactly rounded. XLA compiles only this
+element-wise work: the matmuls stay with oneDNN. `t2tcli.model.gin_bindings` chooses it
+off TPU (where XLA fuses mesh-tensorflow's ops anyway) when no mesh dimension splits
+the vocabulary, as each slice needs whole rows.
 """
 
 from __future__ import annotations
 
-import functools
-import os
 from typing import Any
 
 import gin
@@ -31,84 +31,102 @@ from t2tcli.compat import tf
 import mesh_tensorflow as mtf
 
 
+def _top(logits: tf.Tensor) -> tf.Tensor:
+    """Each row's largest logit, in float32 with a trailing axis of 1.
+
+    TensorFlow's own reduction, not XLA's: a maximum is exact in any dtype, TensorFlow's
+    kernel reduces bfloat16 rows on every core, and XLA's CPU code reduced bfloat16 rows
+    about 9x slower.
+    """
+    return tf.cast(tf.reduce_max(logits, axis=-1, keepdims=True), tf.float32)
+
+
 @tf.function(jit_compile=True)
-def _loss_and_gradient(
-    logits: tf.Tensor, targets: tf.Tensor, z_loss: float, on_value: float, off_value: float
+def _loss_and_scale(
+    logits: tf.Tensor, targets: tf.Tensor, top: tf.Tensor, z_loss: float, on_value: float, off_value: float
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """Per-token loss (float32) and d(loss)/d(logits) (logits' dtype); vocab is the last axis.
+    """Per-token loss and the factor its gradient puts on exp(x - top), in float32.
 
     loss = logZ - sum_v soft_v * x_v + z_loss * logZ^2, soft = off_value except on_value
-    at the target; its gradient is (1 + 2 z_loss logZ) softmax(x) - soft.
+    at the target; d(loss)/dx = scale * exp(x - top) - soft, scale = (1 + 2 z_loss logZ) / Z'
+    with Z' = sum_v exp(x_v - top). The target's logit is gathered, so without label
+    smoothing this is one pass over the logits.
     """
-    x = tf.cast(logits, tf.float32)
-    top = tf.reduce_max(x, axis=-1, keepdims=True)
-    exps = tf.exp(x - top)
-    total = tf.reduce_sum(exps, axis=-1, keepdims=True)
+    total = tf.reduce_sum(tf.exp(tf.cast(logits, tf.float32) - top), axis=-1, keepdims=True)
     log_z = top + tf.math.log(total)
-    soft = tf.where(tf.equal(tf.range(tf.shape(x)[-1]), targets[..., None]), on_value, off_value)
-    loss = log_z - tf.reduce_sum(soft * x, axis=-1, keepdims=True) + z_loss * tf.square(log_z)
-    gradient = exps * ((1.0 + 2.0 * z_loss * log_z) / total) - soft
-    return tf.squeeze(loss, -1), tf.cast(gradient, logits.dtype)
+    target_logit = tf.cast(tf.gather(logits, targets, batch_dims=targets.shape.rank), tf.float32)[..., None]
+    picked = on_value * target_logit
+    if off_value:
+        row_sum = tf.reduce_sum(tf.cast(logits, tf.float32), axis=-1, keepdims=True)
+        picked = (on_value - off_value) * target_logit + off_value * row_sum
+    loss = log_z - picked + z_loss * tf.square(log_z)
+    return tf.squeeze(loss, -1), tf.squeeze((1.0 + 2.0 * z_loss * log_z) / total, -1)
 
 
 @tf.function(jit_compile=True)
-def _scaled(gradient: tf.Tensor, token_grads: tf.Tensor) -> tf.Tensor:
-    return tf.cast(tf.cast(gradient, tf.float32) * tf.cast(token_grads, tf.float32)[..., None], gradient.dtype)
+def _gradient(
+    logits: tf.Tensor,
+    targets: tf.Tensor,
+    top: tf.Tensor,
+    scale: tf.Tensor,
+    token_grads: tf.Tensor,
+    on_value: float,
+    off_value: float,
+) -> tf.Tensor:
+    """d(loss)/d(logits) times each token's incoming gradient, rounded once to the logits' dtype."""
+    incoming = token_grads[..., None]
+    soft = tf.where(
+        tf.equal(tf.range(tf.shape(logits)[-1]), targets[..., None]), on_value * incoming, off_value * incoming
+    )
+    exps = tf.exp(tf.cast(logits, tf.float32) - top[..., None])
+    return tf.cast(exps * (scale * token_grads)[..., None] - soft, logits.dtype)
 
 
 def token_loss(
     logits: mtf.Tensor, targets: mtf.Tensor, vocab_dim: mtf.Dimension, z_loss: float, label_smoothing: float
 ) -> mtf.Tensor:
-    """Each token's loss (float32, targets' shape), with its gradient to the logits."""
+    """Each token's loss (float32, targets' shape), with its gradient to the logits.
+
+    The forward pass keeps two floats a token (the row's largest logit and the gradient's
+    factor), not a gradient the size of the logits: the backward pass builds that in one
+    pass over the logits with each token's incoming gradient already known, so it is
+    written and rounded once, and evaluation never builds it.
+    """
     order = targets.shape.dims + [vocab_dim]
     if logits.shape.dims != order:
         logits = mtf.transpose(logits, mtf.Shape(order))
     off = label_smoothing / vocab_dim.size
-    constants = (float(z_loss), 1.0 - label_smoothing + off, off)  # compiled in
+    on = 1.0 - label_smoothing + off
     splittable = targets.shape.dims
 
-    def grad(op: Any, dloss: mtf.Tensor, dgradient: mtf.Tensor | None) -> list[mtf.Tensor | None]:
-        del dgradient  # the gradient output only feeds this function
-        scaled = mtf.slicewise(
-            _scaled, [op.outputs[1], dloss], logits.shape, logits.dtype, splittable_dims=splittable, name="scale"
-        )
-        return [scaled, None]
+    def forward(x: tf.Tensor, t: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        top = _top(x)
+        loss, scale = _loss_and_scale(x, t, top, float(z_loss), on, off)  # constants compiled in
+        return loss, tf.squeeze(top, -1), scale
 
-    loss, _ = mtf.slicewise(
-        lambda x, t: _loss_and_gradient(x, t, *constants),
+    def grad(op: Any, dloss: mtf.Tensor, *unused: mtf.Tensor | None) -> list[mtf.Tensor | None]:
+        del unused  # the row maxima and factors only feed this function
+        top, scale = op.outputs[1:]
+        dlogits = mtf.slicewise(
+            lambda x, t, m, s, d: _gradient(x, t, m, s, d, on, off),
+            [op.inputs[0], op.inputs[1], top, scale, dloss],
+            logits.shape,
+            logits.dtype,
+            splittable_dims=splittable,
+            name="gradient",
+        )
+        return [dlogits, None]
+
+    loss, _, _ = mtf.slicewise(
+        forward,
         [logits, targets],
-        output_shape=[targets.shape, logits.shape],
-        output_dtype=[tf.float32, logits.dtype],
+        output_shape=[targets.shape] * 3,
+        output_dtype=[tf.float32] * 3,
         splittable_dims=splittable,
         grad_function=grad,
         name="token_loss",
     )
     return loss
-
-
-@functools.cache
-def spend_first_compile_logs() -> None:
-    """Compiles a trivial function with stderr pointed at /dev/null for that moment.
-
-    A process's first XLA compile logs two INFO lines to stderr through absl, which
-    TF_CPP_MIN_LOG_LEVEL does not silence in TensorFlow 2.15. Both are logged once per
-    process, so a trainer spends them here, before it builds a graph and while nothing
-    else writes. Not from inside model_fn: a session run there, in the middle of building
-    the Estimator's graph, made runs with the same --random_seed start from different
-    weights.
-    """
-    with tf.Graph().as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [1])
-        plus_one = tf.function(lambda v: v + 1.0, jit_compile=True)(x)
-        saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, 2)
-            with tf.compat.v1.Session() as session:
-                session.run(plus_one, {x: [0.0]})
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            os.close(devnull)
 
 
 @gin.configurable(module="t2tcli")

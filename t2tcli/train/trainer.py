@@ -26,7 +26,7 @@ from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.interop import hf_t5
 from t2tcli.io import atomic, fs, lock
-from t2tcli.model import checkpoints, dtype_policy, gin_bindings, graph, run_records, token_loss
+from t2tcli.model import checkpoints, dtype_policy, graph, run_records
 from t2tcli.model import mesh as meshlib
 from t2tcli.train import estimator as estimator_lib
 from t2tcli.train import init_checkpoint, model_fn
@@ -299,8 +299,6 @@ def _train(
             estimator_lib.write_initial_checkpoint(estimator, hp)
             logging.info("wrote step 0 to %s", cfg.model_dir)
             return 0
-        if gin_bindings.fuses_loss(hp, use_tpu=bool(cfg.tpu)):
-            token_loss.spend_first_compile_logs()
         inputs.log_truncation(cfg.data_dir, cfg.problem, "train", hp)
         train_fn = inputs.input_fn(cfg.data_dir, cfg.problem, "train", hp, training=True, seed=cfg.random_seed)
         stop = interrupts.GracefulStop()
