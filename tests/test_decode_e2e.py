@@ -34,22 +34,6 @@ def test_stdin_stdout_alignment_with_empty_lines(binary, toy_model):  # noqa: F8
     assert re.search(summary, proc.stderr), proc.stderr[-500:]
 
 
-def test_mesh_engine_keeps_xlas_log_lines_out_of_stderr(binary, toy_model):  # noqa: F811
-    # The mesh-tensorflow graph's norms are XLA functions; a process's first XLA compile
-    # logs two lines through absl, which t2tcli spends unseen before building the graph.
-    proc = binary(
-        "t2t-decode",
-        f"--model_dir={toy_model['model_dir']}",
-        "--decode_from_file=-",
-        "--decode_to_file=-",
-        "--decode_hparams=engine=mesh",
-        stdin="a b c\n",
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "a b c\n"
-    assert "Compiled cluster using XLA" not in proc.stderr and "absl::InitializeLog" not in proc.stderr
-
-
 def test_file_to_file_and_scores(binary, toy_model, tmp_path):  # noqa: F811
     src = tmp_path / "in.txt"
     # No repeated tokens: the toy copy model, trained on 2 threads, is not always sure of

@@ -518,7 +518,7 @@ def _rms_norm_and_grads(
         dims = [mtf.Dimension(n, k) for n, k in zip(("batch", "length", "d_model"), x.shape, strict=True)]
         model = SimpleNamespace(model_dim=dims[-1], ensemble_dims=[])
         variable_dtype = mtf.VariableDType(tf.float32, tf.float32, tf.as_dtype(dtype))
-        context = SimpleNamespace(model=model, mesh=mesh, variable_dtype=variable_dtype)
+        context = SimpleNamespace(model=model, mesh=mesh, variable_dtype=variable_dtype, train=True)
         xs = mtf.cast(mtf.import_tf_tensor(mesh, tf.constant(x), mtf.Shape(dims)), tf.as_dtype(dtype))
         norm = fused_rms_norm if fused else transformer.sublayer_rms_norm
         with tf1.variable_scope("norm"):
@@ -585,3 +585,26 @@ def test_the_model_fuses_its_norms_off_tpu_unless_the_mesh_splits_a_row():
     batch_split = registry.hparams("mtf_transformer_tiny")
     batch_split.mesh_shape, batch_split.layout = "batch:2", "batch:batch"
     assert gin_bindings.fuses_norm(batch_split, use_tpu=False)
+
+
+def test_the_fused_norm_is_for_training_graphs_only():
+    from types import SimpleNamespace
+
+    from t2tcli.model.rms_norm import fused_rms_norm
+
+    def slicewise_ops(train: bool) -> int:
+        with tf.Graph().as_default():
+            graph = mtf.Graph()
+            mesh = mtf.Mesh(graph, "mesh")
+            dims = [mtf.Dimension("batch", 2), mtf.Dimension("length", 3), mtf.Dimension("d_model", 8)]
+            model = SimpleNamespace(model_dim=dims[-1], ensemble_dims=[])
+            variable_dtype = mtf.VariableDType(tf.float32, tf.float32, tf.float32)
+            context = SimpleNamespace(model=model, mesh=mesh, variable_dtype=variable_dtype, train=train)
+            x = mtf.import_tf_tensor(mesh, tf.ones([2, 3, 8]), mtf.Shape(dims))
+            fused_rms_norm(x, None, context, name="layer_norm")
+            assert [v.name for v in graph.trainable_variables] == ["layer_norm/scale"]
+            return sum(isinstance(op, mtf.SlicewiseOperation) and "rms_norm" in op.name for op in graph.operations)
+
+    # Evaluation, decoding and exported models run mesh-tensorflow's plain ops, with no XLA.
+    assert slicewise_ops(train=True) == 1
+    assert slicewise_ops(train=False) == 0

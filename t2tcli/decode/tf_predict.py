@@ -145,13 +145,7 @@ def build_estimator(
     """An Estimator that decodes with `decode` (settings over the hparams' own)."""
     resolved = settings.for_model_fn(hparams, decode, use_tpu=tpu is not None)
     return estimator.build_estimator(
-        model_dir,
-        hparams,
-        vocab_size,
-        tpu=tpu,
-        params={"decode": resolved},
-        predict=predict_spec,
-        builds_model=resolved["engine"] != "fast",
+        model_dir, hparams, vocab_size, tpu=tpu, params={"decode": resolved}, predict=predict_spec
     )
 
 

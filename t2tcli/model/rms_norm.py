@@ -8,7 +8,8 @@ matmul running beside them (BENCHMARKS.md). Here XLA computes a norm in float32 
 pass over x, and its gradients in one more, rounding each result once.
 
 The variable is mesh-tensorflow's (`<name>/scale`, same shape and initializer), so
-checkpoints do not change. `t2tcli.model.gin_bindings` picks these sublayers off TPU
+checkpoints do not change; only training graphs use the fused passes, so evaluation,
+decoding and exported models do not depend on XLA. `t2tcli.model.gin_bindings` picks these sublayers off TPU
 (where XLA fuses mesh-tensorflow's ops anyway) when the layout splits neither d_model nor
 length: each row must be whole in a slice, and the scale's gradient sums over length
 inside one.
@@ -90,9 +91,13 @@ def rms_norm(x: mtf.Tensor, scale: mtf.Tensor, model_dim: mtf.Dimension, epsilon
 def fused_rms_norm(
     x: mtf.Tensor, layer_stack: Any, context: Any, epsilon: float = 1e-6, name: str = "rms_norm"
 ) -> mtf.Tensor:
-    """A `LayerStack` sublayer: mesh-tensorflow's `sublayer_rms_norm`, fused."""
+    """A `LayerStack` sublayer: mesh-tensorflow's `sublayer_rms_norm`, fused in training.
+
+    Graphs that do not train (evaluation, decoding, an exported SavedModel) keep
+    mesh-tensorflow's plain ops, which every TensorFlow runtime runs, XLA or not.
+    """
     model = context.model
-    if model.ensemble_dims or x.shape.dims[-1] != model.model_dim:
+    if not context.train or model.ensemble_dims or x.shape.dims[-1] != model.model_dim:
         return transformer.sublayer_rms_norm(x, layer_stack, context, epsilon=epsilon, name=name)
     with tf.compat.v1.variable_scope(name):
         scale = mtf.get_variable(

@@ -84,15 +84,14 @@ def build_estimator(
     tpu: TPUSettings | None = None,
     params: dict[str, Any] | None = None,
     predict: PredictSpec | None = None,
-    builds_model: bool = True,
 ) -> tf.estimator.Estimator:
     """An Estimator for the Bitransformer of `hparams` (the contract: t2tcli.train.model_fn).
 
     Checkpoints are written by the model_fn's own saver hook (mesh-tf must copy sliced
     variables back to their masters first), so the RunConfig's saver is switched off.
     `predict` is the PREDICT step (t2tcli.decode.tf_predict builds decoding Estimators);
-    `builds_model` is False for one whose graph holds no mesh-tensorflow model (the fast
-    decode engine's), which then has no XLA compile's log lines to spend.
+    only training and evaluation graphs hold XLA functions (the fused loss and norms), so
+    only their Estimators spend the first XLA compile's log lines.
     """
     train = train or TrainSettings()
     spec = meshlib.spec_from_hparams(hparams)
@@ -106,7 +105,7 @@ def build_estimator(
         "tf_random_seed": train.random_seed,
     }
     if tpu is None:
-        if builds_model and gin_bindings.uses_xla(hparams, use_tpu=False):
+        if predict is None and gin_bindings.uses_xla(hparams, use_tpu=False):
             xla_logs.spend_first_compile_logs()
         config = tf.estimator.RunConfig(
             keep_checkpoint_max=train.keep_checkpoint_max, session_config=session_config(hparams), **run
