@@ -95,8 +95,6 @@ def bindings(hp: HParams, use_tpu: bool = False) -> list[str]:
         norm, final_norm = "legacy_rms_norm", "legacy_final_rms_norm"
     else:
         norm = final_norm = "rms_norm"
-    norms = "t2tcli.fused_" if fuses_norm(hp, use_tpu) else "transformer.sublayer_"
-    norm, final_norm = norms + norm, norms + final_norm
     # A gated FFN (T5 v1.1's gated-gelu) multiplies act(x wi_0) by the linear x wi_1.
     activation = (
         [hp.ffn_activation.removeprefix("gated-"), "linear"] if is_gated(hp.ffn_activation) else hp.ffn_activation
@@ -112,9 +110,6 @@ def bindings(hp: HParams, use_tpu: bool = False) -> list[str]:
         f"decoder/make_layer_stack.num_layers = {_literal(hp, 'num_decoder_layers', int)}",
         "make_layer_stack.block_scope = True",
         "LayerStack.sublayers_initial = [@transformer.sublayer_dropout]",
-        f"LayerStack.sublayers_per_layer = [@{norm}, @transformer.sublayer_call_layer, "
-        "@transformer.sublayer_dropout, @transformer.sublayer_residual]",
-        f"LayerStack.sublayers_final = [@{final_norm}, @transformer.sublayer_dropout]",
         f"sublayer_dropout.dropout_rate = {_literal(hp, 'dropout_rate', float)}",
         f"Unitransformer.d_model = {_literal(hp, 'd_model', int)}",
         f"Unitransformer.shared_embedding_and_softmax_weights = {_literal(hp, 'tie_embeddings', bool)}",
@@ -133,6 +128,13 @@ def bindings(hp: HParams, use_tpu: bool = False) -> list[str]:
         f"DenseReluDense.dropout_rate = {_literal(hp, 'dropout_rate', float)}",
         f"DenseReluDense.activation = {_quoted(activation)}",
     ]
+    # After every literal above is checked: the mesh's split sizes are computed from them.
+    norms = "t2tcli.fused_" if fuses_norm(hp, use_tpu) else "transformer.sublayer_"
+    out.append(
+        f"LayerStack.sublayers_per_layer = [@{norms}{norm}, @transformer.sublayer_call_layer, "
+        "@transformer.sublayer_dropout, @transformer.sublayer_residual]"
+    )
+    out.append(f"LayerStack.sublayers_final = [@{norms}{final_norm}, @transformer.sublayer_dropout]")
     if joins_projections(hp, use_tpu):
         out.append("t2tcli.HeadMajorSelfAttention.joined_projections = True")
         out.append("t2tcli.HeadMajorEncDecAttention.joined_projections = True")
