@@ -55,6 +55,12 @@ def _gradients(x: tf.Tensor, scale: tf.Tensor, r: tf.Tensor, dy: tf.Tensor) -> t
     return tf.cast(dx, x.dtype), tf.einsum("bmd,bm->bd", products, tf.reshape(r, [first, -1]))
 
 
+def _value(scale: Any) -> tf.Tensor:
+    """The scale's value, read outside XLA: in float32 its slice is the variable itself,
+    and an XLA function cannot read a variable on another device (a parameter server's)."""
+    return tf.convert_to_tensor(scale)
+
+
 def rms_norm(x: mtf.Tensor, scale: mtf.Tensor, model_dim: mtf.Dimension, epsilon: float) -> mtf.Tensor:
     """x * rsqrt(mean(x^2) + epsilon) * scale along model_dim, the last of x's dims."""
     if x.shape.dims[-1] != model_dim or scale.shape.dims != [model_dim]:
@@ -65,7 +71,7 @@ def rms_norm(x: mtf.Tensor, scale: mtf.Tensor, model_dim: mtf.Dimension, epsilon
     def grad(op: Any, dy: mtf.Tensor, unused: mtf.Tensor | None) -> list[mtf.Tensor]:
         del unused  # r only feeds this function
         dx, partial = mtf.slicewise(
-            _gradients,
+            lambda v, s, r, d: _gradients(v, _value(s), r, d),
             [op.inputs[0], op.inputs[1], op.outputs[1], dy],
             output_shape=[x.shape, mtf.Shape(first + [model_dim])],
             output_dtype=[x.dtype, tf.float32],
@@ -76,7 +82,7 @@ def rms_norm(x: mtf.Tensor, scale: mtf.Tensor, model_dim: mtf.Dimension, epsilon
         return [dx, dscale]
 
     y, _ = mtf.slicewise(
-        lambda v, s: _normed(v, s, float(epsilon)),
+        lambda v, s: _normed(v, _value(s), float(epsilon)),
         [x, scale],
         output_shape=[x.shape, mtf.Shape(rows)],
         output_dtype=[x.dtype, tf.float32],
