@@ -8,11 +8,11 @@ matmul running beside them (BENCHMARKS.md). Here XLA computes a norm in float32 
 pass over x, and its gradients in one more, rounding each result once.
 
 The variable is mesh-tensorflow's (`<name>/scale`, same shape and initializer), so
-checkpoints do not change; only training graphs use the fused passes, so evaluation,
-decoding and exported models do not depend on XLA. `t2tcli.model.gin_bindings` picks these sublayers off TPU
-(where XLA fuses mesh-tensorflow's ops anyway) when the layout splits neither d_model nor
-length: each row must be whole in a slice, and the scale's gradient sums over length
-inside one.
+checkpoints do not change. Only training graphs use the fused passes, so evaluation,
+decoding and exported models do not depend on XLA. `t2tcli.model.gin_bindings` picks
+these sublayers off TPU (where XLA fuses mesh-tensorflow's ops anyway) when the layout
+splits neither d_model nor length: each row must be whole in a slice, and the scale's
+gradient sums over length inside one.
 """
 
 from __future__ import annotations
