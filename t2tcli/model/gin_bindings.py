@@ -42,7 +42,8 @@ def fuses_norm(hp: HParams, use_tpu: bool) -> bool:
 
 
 def uses_xla(hp: HParams, use_tpu: bool) -> bool:
-    """Whether the model has XLA-compiled functions of its own (the fused loss or norms)."""
+    """Whether the model has XLA-compiled functions of its own: the fused loss, or the fused
+    norms (in training graphs only)."""
     return fuses_loss(hp, use_tpu) or fuses_norm(hp, use_tpu)
 
 
