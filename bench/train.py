@@ -10,6 +10,7 @@
     python bench/train.py --separate_projections   # t2tcli with one product per q, k, v kernel (A/B)
     python bench/train.py --per_layer_bias         # t2tcli building the self-attention bias in each layer (A/B)
     python bench/train.py --mesh_tf_norm           # t2tcli with mesh-tf's element-wise RMS norms (A/B)
+    python bench/train.py --step_budget=60         # time slow rows over fewer steps (default: 180 s of them)
     python bench/train.py --run_limit=600          # stop a row's run after 600 s (default 1,200)
 
 Both sides train the same encoder-decoder (the hparams set's d_model, d_ff, heads, d_kv,
@@ -66,28 +67,74 @@ def model_flops_per_step(dims: dict, batch: int, li: int, lt: int) -> float:
     return 3.0 * batch * (enc + dec + logits)
 
 
+class StepClock:
+    """When a worker stops warming up and stops timing, the same rule for both sides.
+
+    A row normally warms up for `warmup` steps and times `steps`. A row far slower than
+    the rest (the peer's bfloat16 autocast on a CPU without native bfloat16 took over 100 s
+    a step at t5_small's shape) would take many minutes that way, so warm-up also ends once
+    its steps took half of `budget`, and timing once at least one step is timed and the
+    timed steps took `budget` seconds. Such a row is still measured, over fewer steps, and
+    says how many.
+    """
+
+    def __init__(self, warmup: int, steps: int, budget: float) -> None:
+        self.warmup, self.steps, self.budget = warmup, steps, budget
+        self.ends: list[float] = []  # when each step ended
+        self.started = time.perf_counter()
+        self.timing_from: int | None = None  # index into ends of the last warm-up step
+
+    def step_done(self) -> bool:
+        """Call after each step; True while more steps are wanted."""
+        now = time.perf_counter()
+        self.ends.append(now)
+        if self.timing_from is None:
+            if len(self.ends) >= self.warmup or now - self.started >= self.budget / 2:
+                self.timing_from = len(self.ends) - 1
+            return True
+        timed = len(self.ends) - 1 - self.timing_from
+        return timed < self.steps and now - self.ends[self.timing_from] < self.budget
+
+    def result(self) -> dict:
+        """{"step_time": mean seconds of the timed steps, "steps": how many were timed}."""
+        if self.timing_from is None or len(self.ends) - 1 == self.timing_from:
+            raise RuntimeError("no step was timed")
+        timed = len(self.ends) - 1 - self.timing_from
+        return {"step_time": (self.ends[-1] - self.ends[self.timing_from]) / timed, "steps": timed}
+
+
 def worker_peak(dtype: str) -> dict:
+    """The best and the median of five trials of 2048^2 products, each trial half a second
+    or more.
+
+    Each call chains four products and reduces only the last, so the reduction's pass and
+    the call's overhead are small beside the products; with one short product per call
+    (17 ms in bfloat16 on an AMX CPU) the peak measured in four processes ranged 0.54-1.28
+    TFLOP/s there. The median says how steady the machine was while it was measured.
+    """
     sys.path.insert(0, str(REPO))
     from t2tcli.compat import tf
 
-    n = 2048
-    a = tf.random.normal([n, n], dtype=tf.float32)
-    b = tf.random.normal([n, n], dtype=tf.float32)
-    a, b = tf.cast(a, dtype), tf.cast(b, dtype)
+    n, chain = 2048, 4
+    a = tf.cast(tf.random.normal([n, n]), dtype)
+    b = tf.cast(tf.random.normal([n, n]) / n**0.5, dtype)  # keeps the chain's values near 1
 
     @tf.function
-    def mm(a, b):
-        return tf.reduce_sum(tf.cast(tf.matmul(a, b), tf.float32))
+    def products(x, b):
+        for _ in range(chain):
+            x = tf.matmul(x, b)
+        return tf.reduce_sum(tf.cast(x, tf.float32))
 
-    mm(a, b).numpy()
-    best = 0.0
+    products(a, b).numpy()
+    trials = []
     for _ in range(5):
-        start = time.perf_counter()
-        reps = 5
-        for _ in range(reps):
-            mm(a, b).numpy()
-        best = max(best, reps * 2 * n**3 / (time.perf_counter() - start))
-    return {"flops": best}
+        calls, start = 0, time.perf_counter()
+        while calls == 0 or time.perf_counter() - start < 0.5:
+            products(a, b).numpy()
+            calls += 1
+        trials.append(calls * chain * 2 * n**3 / (time.perf_counter() - start))
+    trials.sort()
+    return {"flops": trials[-1], "median": trials[len(trials) // 2]}
 
 
 MESH_TF_LOSS = "BENCH_TRAIN_MESH_TF_LOSS"  # set: t2tcli rows train with mesh-tf's own loss ops
@@ -98,7 +145,9 @@ PER_LAYER_BIAS = "BENCH_TRAIN_PER_LAYER_BIAS"  # set: t2tcli rows build the self
 MESH_TF_NORM = "BENCH_TRAIN_MESH_TF_NORM"  # set: t2tcli rows use mesh-tf's own RMS norm ops
 
 
-def worker_t2t(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int, profile_dir: str = "") -> dict:
+def worker_t2t(
+    dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int, budget: float, profile_dir: str = ""
+) -> dict:
     sys.path.insert(0, str(REPO))
     import tempfile
 
@@ -153,47 +202,46 @@ def worker_t2t(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int,
     def input_fn(params=None):
         return tf.data.Dataset.from_tensors(feats).repeat()
 
-    times: list[float] = []
+    clock = StepClock(warmup=3, steps=steps, budget=budget)
 
-    class Timer(tf.compat.v1.train.SessionRunHook):
-        def after_run(self, run_context, run_values):
-            times.append(time.perf_counter())
-
-    class Trace(tf.compat.v1.train.SessionRunHook):
-        """A Chrome trace, in profile_dir, of one step after the timed ones."""
+    class Steps(tf.compat.v1.train.SessionRunHook):
+        """Times steps by `clock`; with profile_dir, traces one more step after the timed
+        ones (TensorFlow's step stats, as a Chrome trace), then stops."""
 
         def __init__(self) -> None:
-            self.runs = 0
+            self.tracing = False
+
+        def after_create_session(self, session, coord):
+            clock.started = time.perf_counter()
 
         def before_run(self, run_context):
-            self.runs += 1
-            if self.runs == warmup + steps + 1:
+            if self.tracing:
                 options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
                 return tf.compat.v1.train.SessionRunArgs(None, options=options)
             return None
 
         def after_run(self, run_context, run_values):
-            if self.runs == warmup + steps + 1:
+            if self.tracing:
                 from tensorflow.python.client import timeline
 
                 os.makedirs(profile_dir, exist_ok=True)
                 trace = timeline.Timeline(run_values.run_metadata.step_stats).generate_chrome_trace_format()
-                Path(profile_dir, f"timeline-{self.runs}.json").write_text(trace)
+                Path(profile_dir, f"timeline-{len(clock.ends) + 1}.json").write_text(trace)
+                run_context.request_stop()
+            elif not clock.step_done():
+                self.tracing = bool(profile_dir)
+                if not self.tracing:
+                    run_context.request_stop()
 
-    warmup = 3
-    hooks = [Timer()]
-    if profile_dir:
-        hooks.append(Trace())
     with tempfile.TemporaryDirectory() as model_dir:
         est = estimator.build_estimator(
             model_dir, hp, dims["vocab"], model_fn.TrainSettings(save_checkpoints_steps=10**9, log_every_steps=10**9)
         )
-        est.train(input_fn, max_steps=warmup + steps + bool(profile_dir), hooks=hooks)
-    step_time = (times[warmup + steps - 1] - times[warmup - 1]) / steps
-    return {"step_time": step_time}
+        est.train(input_fn, max_steps=clock.warmup + steps + 1, hooks=[Steps()])
+    return clock.result()
 
 
-def worker_hf(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int) -> dict:
+def worker_hf(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int, budget: float) -> dict:
     import torch
     from peer import t5_peer
     from transformers.optimization import Adafactor
@@ -212,12 +260,11 @@ def worker_hf(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int) 
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    for _ in range(3):
+    clock = StepClock(warmup=3, steps=steps, budget=budget)
+    step()
+    while clock.step_done():
         step()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return {"step_time": (time.perf_counter() - start) / steps}
+    return clock.result()
 
 
 def _spawn(*args: str, limit: float | None = None) -> dict | None:
@@ -279,6 +326,13 @@ def main() -> None:
         help="t2tcli rows run mesh-tensorflow's element-wise RMS norms instead of the fused ones (an A/B)",
     )
     parser.add_argument(
+        "--step_budget",
+        type=float,
+        default=180,
+        help="seconds of timed steps after which a row stops timing (at least one step is timed); warm-up "
+        "ends after half of it: a row far slower than the others is measured over fewer steps and says how many",
+    )
+    parser.add_argument(
         "--run_limit",
         type=float,
         default=1200,
@@ -300,29 +354,31 @@ def main() -> None:
         os.environ[MESH_TF_NORM] = "1"
     if args.worker:
         kind, dims_json, dtype, *rest = args.worker
-        profile = rest.pop() if kind == "t2t" and len(rest) == 5 else ""
-        sizes = [int(x) for x in rest]
+        profile = rest.pop() if kind == "t2t" and len(rest) == 6 else ""
         if kind == "peak":
             out = worker_peak(dtype)
-        elif kind == "t2t":
-            out = worker_t2t(json.loads(dims_json), dtype, *sizes, profile_dir=profile)
         else:
-            out = worker_hf(json.loads(dims_json), dtype, *sizes)
+            # batch, lengths, steps, then the step budget (default as --step_budget's)
+            sizes, budget = [int(x) for x in rest[:4]], float(rest[4]) if len(rest) > 4 else args.step_budget
+            worker = worker_t2t if kind == "t2t" else worker_hf
+            out = worker(json.loads(dims_json), dtype, *sizes, budget, *([profile] if profile else []))
         print(json.dumps(out))
         return
     dims = model_dims(args.hparams_set, args.vocab)
     batch, li, lt, steps = (8, 64, 64, 5) if args.quick else (16, 128, 128, 10)
-    sizes = [str(batch), str(li), str(lt), str(steps)]
+    sizes = [str(batch), str(li), str(lt), str(steps), str(args.step_budget)]
     tokens = batch * (li + lt)
     flops = model_flops_per_step(dims, batch, li, lt)
-    peaks = {d: (_spawn("peak", "{}", d) or {}).get("flops") for d in ("bfloat16", "float32")}
+    measured = {d: _spawn("peak", "{}", d) or {} for d in ("bfloat16", "float32")}
+    peaks = {d: m.get("flops") for d, m in measured.items()}
     print(
         f"Model: {args.hparams_set} {dims}; batch {batch}, inputs/targets length {li}/{lt} "
         f"({tokens} tokens/step), Adafactor"
     )
     print(f"Model FLOPs per training step: {flops / 1e9:.1f} GFLOP")
     print(
-        "Measured matmul peak (TF, 2048^2): " + ", ".join(f"{d} {p / 1e12:.3f} TFLOP/s" for d, p in peaks.items() if p)
+        "Measured matmul peak (TF, 2048^2, best of 5 trials; median): "
+        + ", ".join(f"{d} {m['flops'] / 1e12:.3f} TFLOP/s ({m['median'] / 1e12:.3f})" for d, m in measured.items() if m)
     )
     sys.path.insert(0, str(REPO))
     from t2tcli.model import dtype_policy
@@ -350,6 +406,7 @@ def main() -> None:
     # Runs in turns, each configuration's best kept: a 2-core VM's speed drifts by 10-20%
     # from one minute to the next, more than the differences between some rows.
     best: dict[tuple[str, str], float] = {}
+    timed_steps: dict[tuple[str, str], int] = {}  # of each configuration's best run
     unfinished: set[tuple[str, str]] = set()
     for round_ in range(args.repeats):
         for kind, dtype, _label in configs:
@@ -363,13 +420,11 @@ def main() -> None:
             res = _spawn(kind, dims_json, dtype, *sizes, *extra, limit=args.run_limit)
             if res and "timed_out" in res:
                 unfinished.add((kind, dtype))
-            elif res:
-                best[(kind, dtype)] = min(best.get((kind, dtype), float("inf")), res["step_time"])
+            elif res and res["step_time"] < best.get((kind, dtype), float("inf")):
+                best[(kind, dtype)], timed_steps[(kind, dtype)] = res["step_time"], res["steps"]
     for kind, dtype, label in configs:
         if (kind, dtype) in unfinished and (kind, dtype) not in best:
-            print(
-                f"{label:<34}  unfinished: start-up and {steps + 3} steps took over --run_limit={args.run_limit:.0f} s"
-            )
+            print(f"{label:<34}  unfinished: start-up and its first steps took over --run_limit={args.run_limit:.0f} s")
             continue
         if (kind, dtype) not in best:
             print(f"{label:<34}{'failed':>9}")
@@ -378,7 +433,9 @@ def main() -> None:
         peak = peaks.get(default if dtype == "auto" else dtype)
         mfu = f"{100 * flops / t / peak:.1f}%" if peak else "n/a"
         results[(kind, dtype)] = tokens / t
-        print(f"{label:<34}{t:>9.3f}{tokens / t:>11.0f}{mfu:>8}")
+        timed = timed_steps[(kind, dtype)]
+        note = f"   (over {timed} step{'s' * (timed > 1)}: --step_budget)" if timed < steps else ""
+        print(f"{label:<34}{t:>9.3f}{tokens / t:>11.0f}{mfu:>8}{note}")
     ours = max((v for (k, _), v in results.items() if k == "t2t"), default=None)
     peer = max((v for (k, _), v in results.items() if k == "hf"), default=None)
     print()

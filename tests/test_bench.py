@@ -7,6 +7,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
@@ -86,3 +88,41 @@ def test_ops_are_sorted_into_kinds_of_work_by_scope_then_type():
 
 def test_an_empty_trace_has_nothing_to_split():
     assert step_trace.wall_time_breakdown([])["span"] == 0.0
+
+
+def clock_run(monkeypatch, step_seconds: list[float], warmup: int = 3, steps: int = 10, budget: float = 180):
+    """Drives bench/train.py's StepClock with steps of the given lengths; returns how many
+    steps ran and the clock's result."""
+    import train
+
+    now = [0.0]
+    monkeypatch.setattr(train.time, "perf_counter", lambda: now[0])
+    clock = train.StepClock(warmup=warmup, steps=steps, budget=budget)
+    ran = 0
+    for seconds in step_seconds:
+        now[0] += seconds
+        ran += 1
+        if not clock.step_done():
+            break
+    return ran, clock.result()
+
+
+def test_a_row_warms_up_then_times_its_steps(monkeypatch):
+    ran, result = clock_run(monkeypatch, [40.0, 9.0, 7.0] + [6.0] * 5 + [8.0] * 5 + [99.0] * 5)
+    assert ran == 13
+    assert result == {"step_time": 7.0, "steps": 10}
+
+
+def test_a_row_far_slower_than_the_budget_is_timed_over_fewer_steps(monkeypatch):
+    """The peer's bfloat16 autocast on an AVX2-only CPU: over 100 s a step."""
+    ran, result = clock_run(monkeypatch, [130.0, 110.0, 100.0, 100.0, 100.0])
+    assert ran == 3  # one warm-up step (past half the budget), then two timed ones reach it
+    assert result == {"step_time": 105.0, "steps": 2}
+    ran, result = clock_run(monkeypatch, [30.0, 70.0, 400.0, 1.0], budget=180)
+    assert ran == 3  # warm-up ends after 100 s; one step past the budget is enough
+    assert result == {"step_time": 400.0, "steps": 1}
+
+
+def test_a_clock_that_timed_nothing_says_so(monkeypatch):
+    with pytest.raises(RuntimeError, match="no step was timed"):
+        clock_run(monkeypatch, [1.0, 1.0])
