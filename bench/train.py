@@ -360,8 +360,10 @@ def main() -> None:
         else:
             # batch, lengths, steps, then the step budget (default as --step_budget's)
             sizes, budget = [int(x) for x in rest[:4]], float(rest[4]) if len(rest) > 4 else args.step_budget
-            worker = worker_t2t if kind == "t2t" else worker_hf
-            out = worker(json.loads(dims_json), dtype, *sizes, budget, *([profile] if profile else []))
+            if kind == "t2t":
+                out = worker_t2t(json.loads(dims_json), dtype, *sizes, budget, profile_dir=profile)
+            else:
+                out = worker_hf(json.loads(dims_json), dtype, *sizes, budget)
         print(json.dumps(out))
         return
     dims = model_dims(args.hparams_set, args.vocab)
