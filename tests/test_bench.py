@@ -126,3 +126,20 @@ def test_a_row_far_slower_than_the_budget_is_timed_over_fewer_steps(monkeypatch)
 def test_a_clock_that_timed_nothing_says_so(monkeypatch):
     with pytest.raises(RuntimeError, match="no step was timed"):
         clock_run(monkeypatch, [1.0, 1.0])
+
+
+@pytest.mark.parametrize("dims", [(512, 2048, 8, 64, 6), (768, 3072, 12, 64, 12)], ids=["t5_small", "t5_base"])
+def test_the_products_measured_one_at_a_time_are_the_steps_flops(dims):
+    """`bench/einsum_shapes.py` sums its products' times into a step's least matmul time;
+    its list of shapes must add up to the FLOPs MFU is computed from, no product missed or
+    counted twice."""
+    import einsum_shapes
+    import train
+
+    d_model, d_ff, num_heads, d_kv, layers = dims
+    shape = {"d_model": d_model, "d_ff": d_ff, "num_heads": num_heads, "d_kv": d_kv, "layers": layers}
+    shape["vocab"] = 32128
+    products = einsum_shapes.step_products(16, 128, shape)
+    total = sum(einsum_shapes.product_flops(eq, left, right) * n for _, eq, left, right, n in products)
+    assert total == pytest.approx(train.model_flops_per_step(shape, 16, 128, 128), rel=1e-12)
+    assert einsum_shapes.product_flops("abc,cd->abd", [2, 3, 4], [4, 5]) == 2 * 2 * 3 * 4 * 5
