@@ -14,12 +14,14 @@ a step runs at once, together against one after the other.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from attention_layout import einsum_flops  # noqa: E402
 
 
 def step_products(batch: int, length: int, dims: dict) -> list[tuple[str, str, list[int], list[int], int]]:
@@ -54,12 +56,6 @@ def step_products(batch: int, length: int, dims: dict) -> list[tuple[str, str, l
     return out
 
 
-def product_flops(equation: str, left: list[int], right: list[int]) -> float:
-    """2 x the product of every label's size: each output element sums over the contracted labels."""
-    sizes = dict(zip(equation.split("->")[0].replace(",", ""), left + right, strict=True))
-    return 2.0 * math.prod(sizes.values())
-
-
 def seconds_per_call(fn, *args, trials: int = 3, least: float = 0.3) -> float:
     """Best of `trials` runs of at least `least` seconds each."""
     fn(*args).numpy()
@@ -81,7 +77,6 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=128)
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
-    sys.path.insert(0, str(REPO / "bench"))
     from train import T5_VOCAB, model_dims, worker_peak
 
     from t2tcli.compat import tf
@@ -105,7 +100,7 @@ def main() -> None:
         a = tf.cast(tf.random.normal(ls), args.dtype)
         b = tf.cast(tf.random.normal(rs), args.dtype)
         tensors[what] = (eq, a, b)
-        flops = product_flops(eq, ls, rs)
+        flops = einsum_flops(eq, ls, rs)
         seconds = seconds_per_call(product(eq), a, b)
         total += seconds * count
         flops_total += flops * count

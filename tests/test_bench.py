@@ -140,6 +140,6 @@ def test_the_products_measured_one_at_a_time_are_the_steps_flops(dims):
     shape = {"d_model": d_model, "d_ff": d_ff, "num_heads": num_heads, "d_kv": d_kv, "layers": layers}
     shape["vocab"] = 32128
     products = einsum_shapes.step_products(16, 128, shape)
-    total = sum(einsum_shapes.product_flops(eq, left, right) * n for _, eq, left, right, n in products)
+    total = sum(einsum_shapes.einsum_flops(eq, left, right) * n for _, eq, left, right, n in products)
     assert total == pytest.approx(train.model_flops_per_step(shape, 16, 128, 128), rel=1e-12)
-    assert einsum_shapes.product_flops("abc,cd->abd", [2, 3, 4], [4, 5]) == 2 * 2 * 3 * 4 * 5
+    assert einsum_shapes.einsum_flops("abc,cd->abd", [2, 3, 4], [4, 5]) == 2 * 2 * 3 * 4 * 5
