@@ -89,9 +89,12 @@ def main() -> None:
     print(f"CPU kind: {kind}; {args.dtype}; {args.hparams_set}, batch {args.batch} x {args.length}")
     print(f"Measured matmul peak (TF, 2048^2, best of 5 trials): {peak / 1e12:.3f} TFLOP/s")
 
+    def scalar(eq: str, a, b):
+        """One product reduced to a cheap scalar of it, so that fetching the result costs little."""
+        return tf.reduce_sum(tf.cast(tf.einsum(eq, a, b)[..., :1], tf.float32))
+
     def product(eq: str):
-        """One product and a cheap scalar of it, so that fetching the result costs little."""
-        return tf.function(lambda a, b: tf.reduce_sum(tf.cast(tf.einsum(eq, a, b)[..., :1], tf.float32)))
+        return tf.function(lambda a, b: scalar(eq, a, b))
 
     total = flops_total = 0.0
     tensors = {}
@@ -117,9 +120,7 @@ def main() -> None:
 
     @tf.function
     def both(a, b, c, d):
-        return tf.reduce_sum(tf.cast(tf.einsum(eq_x, a, b)[..., :1], tf.float32)) + tf.reduce_sum(
-            tf.cast(tf.einsum(eq_w, c, d)[..., :1], tf.float32)
-        )
+        return scalar(eq_x, a, b) + scalar(eq_w, c, d)
 
     together = seconds_per_call(both, gx, wx, gw, xw)
     apart = seconds_per_call(product(eq_x), gx, wx) + seconds_per_call(product(eq_w), gw, xw)
