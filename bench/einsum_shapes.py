@@ -5,8 +5,10 @@ cores each take longer than alone, so a trace cannot tell a slow kernel from a s
 core. This measures every product shape of a step alone, as TensorFlow's Einsum runs it
 in the model's graph, against the matmul peak `bench/train.py` measures: the sum, weighed
 by how often a step runs each shape, is the time a step's products need at best, and
-what a step takes beyond it is the rest of the work. Then a layer's two gradients, which
-a step runs at once, together against one after the other.
+what a step takes beyond it is the rest of the work. Products run in the operand order
+the model gives them (t2tcli.model.einsum_order); those it swaps are also timed as
+mesh-tensorflow writes them. Then a layer's two gradients, which a step runs at once,
+together against one after the other.
 
     .venv/bin/python bench/einsum_shapes.py [--dtype=auto|bfloat16|float32] [--hparams_set=t5_small]
 """
@@ -80,7 +82,7 @@ def main() -> None:
     from train import T5_VOCAB, model_dims, worker_peak
 
     from t2tcli.compat import tf
-    from t2tcli.model import dtype_policy
+    from t2tcli.model import dtype_policy, einsum_order
 
     dims = model_dims(args.hparams_set, T5_VOCAB)
     args.dtype = dtype_policy.resolve(args.dtype)
@@ -89,30 +91,40 @@ def main() -> None:
     print(f"CPU kind: {kind}; {args.dtype}; {args.hparams_set}, batch {args.batch} x {args.length}")
     print(f"Measured matmul peak (TF, 2048^2, best of 5 trials): {peak / 1e12:.3f} TFLOP/s")
 
-    def scalar(eq: str, a, b):
+    def scalar(eq: str, a, b, as_written: bool = False):
         """One product reduced to a cheap scalar of it, so that fetching the result costs little."""
-        return tf.reduce_sum(tf.cast(tf.einsum(eq, a, b)[..., :1], tf.float32))
+        result = tf.einsum(eq, a, b) if as_written else einsum_order.einsum(eq, a, b)
+        return tf.reduce_sum(tf.cast(result[..., :1], tf.float32))
 
-    def product(eq: str):
-        return tf.function(lambda a, b: scalar(eq, a, b))
+    def product(eq: str, as_written: bool = False):
+        return tf.function(lambda a, b: scalar(eq, a, b, as_written))
 
-    total = flops_total = 0.0
+    total = flops_total = total_as_written = 0.0
     tensors = {}
-    print(f"{'product':28s} {'equation':17s} {'n':>3s} {'ms':>8s} {'TFLOP/s':>8s} {'of peak':>8s}")
+    print(
+        f"{'product':28s} {'equation':17s} {'n':>3s} {'ms':>8s} {'TFLOP/s':>8s} {'of peak':>8s}"
+        f"  {'as written (swapped ones), ms':>30s}"
+    )
     for what, eq, ls, rs, count in step_products(args.batch, args.length, dims):
         a = tf.cast(tf.random.normal(ls), args.dtype)
         b = tf.cast(tf.random.normal(rs), args.dtype)
         tensors[what] = (eq, a, b)
         flops = einsum_flops(eq, ls, rs)
         seconds = seconds_per_call(product(eq), a, b)
+        written = seconds_per_call(product(eq, as_written=True), a, b) if einsum_order.swapped(eq) else seconds
         total += seconds * count
+        total_as_written += written * count
         flops_total += flops * count
         rate = flops / seconds
-        print(f"{what:28s} {eq:17s} {count:3d} {seconds * 1e3:8.2f} {rate / 1e12:8.3f} {rate / peak:8.0%}")
+        print(
+            f"{what:28s} {eq:17s} {count:3d} {seconds * 1e3:8.2f} {rate / 1e12:8.3f} {rate / peak:8.0%}"
+            + (f"  {written * 1e3:30.2f}" if einsum_order.swapped(eq) else "")
+        )
     rate = flops_total / total
     print(
         f"per step, one product at a time: {total:.3f} s for {flops_total / 1e9:.1f} GFLOP, "
-        f"{rate / 1e12:.3f} TFLOP/s, {rate / peak:.0%} of the peak"
+        f"{rate / 1e12:.3f} TFLOP/s, {rate / peak:.0%} of the peak; "
+        f"every product as written: {total_as_written:.3f} s"
     )
 
     eq_x, gx, wx = tensors["ffn wi input grad"]

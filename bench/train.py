@@ -10,6 +10,7 @@
     python bench/train.py --separate_projections   # t2tcli with one product per q, k, v kernel (A/B)
     python bench/train.py --per_layer_bias         # t2tcli building the self-attention bias in each layer (A/B)
     python bench/train.py --mesh_tf_norm           # t2tcli with mesh-tf's element-wise RMS norms (A/B)
+    python bench/train.py --einsums_as_written     # t2tcli without swapping einsum operands (A/B)
     python bench/train.py --step_budget=60         # time slow rows over fewer steps (default: 180 s of them)
     python bench/train.py --run_limit=600          # stop a row's run after 600 s (default 1,200)
 
@@ -143,6 +144,7 @@ MESH_TF_ADAFACTOR = "BENCH_TRAIN_MESH_TF_ADAFACTOR"  # set: t2tcli rows update w
 SEPARATE_PROJECTIONS = "BENCH_TRAIN_SEPARATE_PROJECTIONS"  # set: t2tcli rows project q, k, v kernel by kernel
 PER_LAYER_BIAS = "BENCH_TRAIN_PER_LAYER_BIAS"  # set: t2tcli rows build the self-attention bias in every layer
 MESH_TF_NORM = "BENCH_TRAIN_MESH_TF_NORM"  # set: t2tcli rows use mesh-tf's own RMS norm ops
+EINSUMS_AS_WRITTEN = "BENCH_TRAIN_EINSUMS_AS_WRITTEN"  # set: t2tcli rows keep each einsum's operand order
 
 
 def worker_t2t(
@@ -162,6 +164,10 @@ def worker_t2t(
         gin_bindings.fuses_loss = lambda hp, use_tpu: False
     if os.environ.get(MESH_TF_NORM):
         gin_bindings.fuses_norm = lambda hp, use_tpu: False
+    if os.environ.get(EINSUMS_AS_WRITTEN):
+        from t2tcli.model import einsum_order
+
+        einsum_order.swapped = lambda equation: None
     if os.environ.get(MESH_TF_ATTENTION):
         gin_bindings.head_major = lambda use_tpu: False
     if os.environ.get(SEPARATE_PROJECTIONS):
@@ -326,6 +332,12 @@ def main() -> None:
         help="t2tcli rows run mesh-tensorflow's element-wise RMS norms instead of the fused ones (an A/B)",
     )
     parser.add_argument(
+        "--einsums_as_written",
+        action="store_true",
+        help="t2tcli rows give every einsum's operands to TensorFlow in mesh-tensorflow's order, "
+        "transposing some results, instead of the order that needs no transpose (an A/B)",
+    )
+    parser.add_argument(
         "--step_budget",
         type=float,
         default=180,
@@ -352,6 +364,8 @@ def main() -> None:
         os.environ[PER_LAYER_BIAS] = "1"
     if args.mesh_tf_norm:
         os.environ[MESH_TF_NORM] = "1"
+    if args.einsums_as_written:
+        os.environ[EINSUMS_AS_WRITTEN] = "1"
     if args.worker:
         kind, dims_json, dtype, *rest = args.worker
         profile = rest.pop() if kind == "t2t" and len(rest) == 6 else ""

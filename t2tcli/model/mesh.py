@@ -19,6 +19,7 @@ import re
 from t2tcli.compat import tf
 from t2tcli.errors import UserError, did_you_mean
 from t2tcli.hparams import HParams
+from t2tcli.model import einsum_order
 from t2tcli.model.weight_names import padded_vocab_size
 
 # isort: split
@@ -177,7 +178,9 @@ def check_tpu(spec: MeshSpec, topology: str) -> None:
 
 
 class PlacementMeshImpl(mtf.placement_mesh_impl.PlacementMeshImpl):
-    """mesh-tensorflow's CPU / GPU mesh, computing bfloat16 einsums in float32 where asked.
+    """mesh-tensorflow's CPU / GPU mesh, computing bfloat16 einsums in float32 where asked,
+    and two-operand einsums in the operand order their result comes out in
+    (t2tcli.model.einsum_order).
 
     TensorFlow's bfloat16 Einsum kernel is 10-20x slower than float32 on CPUs without
     native bfloat16 (see t2tcli.model.dtype_policy); float32 inputs, einsum and a rounding of the
@@ -190,9 +193,14 @@ class PlacementMeshImpl(mtf.placement_mesh_impl.PlacementMeshImpl):
         self.float32_einsums = float32_einsums
 
     def einsum(self, equation: str, *slices: tf.Tensor) -> tf.Tensor:
+        def product(*operands: tf.Tensor) -> tf.Tensor:
+            if len(operands) == 2:
+                return einsum_order.einsum(equation, *operands)
+            return tf.einsum(equation, *operands)
+
         if self.float32_einsums and slices[0].dtype == tf.bfloat16:
-            return tf.cast(tf.einsum(equation, *(tf.cast(s, tf.float32) for s in slices)), tf.bfloat16)
-        return super().einsum(equation, *slices)
+            return tf.cast(product(*(tf.cast(s, tf.float32) for s in slices)), tf.bfloat16)
+        return product(*slices)
 
 
 def placement_mesh_impl(spec: MeshSpec, devices: list[str]) -> PlacementMeshImpl:
