@@ -3,14 +3,14 @@
 TensorFlow's Einsum kernel contracts two operands as one batched matmul whose result
 holds the shared (batch) labels first, then the first operand's other kept labels, then
 the second's. When the equation asks for its output in another order, the kernel
-transposes the whole result afterwards: one more pass over it, in one thread. The
-gradients mesh-tensorflow writes for an einsum often ask for exactly that order: a
-kernel's gradient `abc,abd->dc`, attention's keys' gradient `abcd,abce->abed`. Given the
-operands the other way round, the same kernel's result is already in the asked-for
-order, and swapping two inputs costs nothing. On a 2-core AVX512-BF16 CPU, in bfloat16
-at t5_small's shape, the keys' gradient took 1.6-1.75 ms instead of 2.6-3.2, most
-kernels' gradients 4-12% less, and a step's products, each timed alone, 2.6-6.6% less
-(BENCHMARKS.md, "train, 2026-11-27 (einsums in their result's order)").
+transposes the whole result afterwards: one more pass over it. The gradients
+mesh-tensorflow writes for an einsum often ask for exactly that: a kernel's gradient
+`abc,abd->dc`, attention's keys' gradient `abcd,abce->abed`. Given the operands the other
+way round, the same kernel's result is already in the asked-for order, and swapping two
+inputs costs nothing. On a 2-core AVX512-BF16 CPU, in bfloat16 at t5_small's shape, the
+keys' gradient took 1.6-1.75 ms instead of 2.6-3.2, most kernels' gradients 4-12% less,
+and a step's products, each timed alone, 2.6-6.6% less (BENCHMARKS.md, "train,
+2026-11-27 (einsums in their result's order)").
 
 Only equations whose labels each appear once per operand, with every output label in an
 input, are considered; anything else is left as written.
