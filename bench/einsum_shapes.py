@@ -111,14 +111,15 @@ def main() -> None:
         tensors[what] = (eq, a, b)
         flops = einsum_flops(eq, ls, rs)
         seconds = seconds_per_call(product(eq), a, b)
-        written = seconds_per_call(product(eq, as_written=True), a, b) if einsum_order.swapped(eq) else seconds
+        swaps = einsum_order.swapped(eq) is not None
+        written = seconds_per_call(product(eq, as_written=True), a, b) if swaps else seconds
         total += seconds * count
         total_as_written += written * count
         flops_total += flops * count
         rate = flops / seconds
         print(
             f"{what:28s} {eq:17s} {count:3d} {seconds * 1e3:8.2f} {rate / 1e12:8.3f} {rate / peak:8.0%}"
-            + (f"  {written * 1e3:30.2f}" if einsum_order.swapped(eq) else "")
+            + (f"  {written * 1e3:30.2f}" if swaps else "")
         )
     rate = flops_total / total
     print(
