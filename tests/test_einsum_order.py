@@ -91,3 +91,13 @@ def test_the_meshs_gradients_reach_tensorflow_in_their_results_order(float32_ein
     np.testing.assert_allclose(y_out, y_np, **tolerance)
     np.testing.assert_allclose(dx_out, np.einsum("blf,mf->blm", 2 * y_np, w_value), **tolerance)
     np.testing.assert_allclose(dw_out, np.einsum("blm,blf->mf", x_value, 2 * y_np), **tolerance)
+
+
+def test_other_operand_counts_pass_through_as_written():
+    rng = np.random.default_rng(2)
+    operands = _operands("ab,bc,cd->ad", rng)
+    np.testing.assert_allclose(
+        einsum_order.einsum("ab,bc,cd->ad", *operands), np.einsum("ab,bc,cd->ad", *operands), rtol=1e-5, atol=1e-5
+    )
+    (single,) = _operands("abc->ab", rng)
+    np.testing.assert_allclose(einsum_order.einsum("abc->ab", single), single.sum(-1), rtol=1e-5, atol=1e-5)

@@ -51,9 +51,9 @@ def swapped(equation: str) -> str | None:
     return f"{right},{left}->{output}"
 
 
-def einsum(equation: str, left: tf.Tensor, right: tf.Tensor) -> tf.Tensor:
-    """tf.einsum of two operands, given to TensorFlow in the order that needs no transpose."""
-    other = swapped(equation)
+def einsum(equation: str, *operands: tf.Tensor) -> tf.Tensor:
+    """tf.einsum, with two operands given to TensorFlow in the order that needs no transpose."""
+    other = swapped(equation) if len(operands) == 2 else None
     if other is None:
-        return tf.einsum(equation, left, right)
-    return tf.einsum(other, right, left)
+        return tf.einsum(equation, *operands)
+    return tf.einsum(other, *reversed(operands))

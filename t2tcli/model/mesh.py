@@ -193,14 +193,9 @@ class PlacementMeshImpl(mtf.placement_mesh_impl.PlacementMeshImpl):
         self.float32_einsums = float32_einsums
 
     def einsum(self, equation: str, *slices: tf.Tensor) -> tf.Tensor:
-        def product(*operands: tf.Tensor) -> tf.Tensor:
-            if len(operands) == 2:
-                return einsum_order.einsum(equation, *operands)
-            return tf.einsum(equation, *operands)
-
         if self.float32_einsums and slices[0].dtype == tf.bfloat16:
-            return tf.cast(product(*(tf.cast(s, tf.float32) for s in slices)), tf.bfloat16)
-        return product(*slices)
+            return tf.cast(einsum_order.einsum(equation, *(tf.cast(s, tf.float32) for s in slices)), tf.bfloat16)
+        return einsum_order.einsum(equation, *slices)
 
 
 def placement_mesh_impl(spec: MeshSpec, devices: list[str]) -> PlacementMeshImpl:
