@@ -1,3 +1,3 @@
 """Built-in hparams sets; imported by the registry like any --usr_dir."""
 
-from . import transformer  # noqa: F401  (registers the sets)
+from . import t2t_sets, transformer  # noqa: F401  (registers the sets)

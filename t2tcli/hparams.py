@@ -12,6 +12,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from absl import logging
+
+from t2tcli import t2t_hparam_names
 from t2tcli.errors import UserError, did_you_mean
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -159,16 +162,55 @@ class HParams:
         raise UserError(f"hparam '{key}': expected {type(current).__name__}, got {type(value).__name__} {value!r}")
 
     def parse(self, overrides: str) -> HParams:
-        """Applies 'a=1,b=0.5,c=true,d=[1,2],e=text' in place; returns self."""
+        """Applies 'a=1,b=0.5,c=true,d=[1,2],e=text' in place; returns self.
+
+        tensor2tensor's names (hidden_size, filter_size, ...) set their counterparts here,
+        so a T2T user's `--hparams` works as written (t2tcli.t2t_hparam_names).
+        """
+        given: list[tuple[str, str]] = []
         for piece in _split_overrides(overrides or ""):
             key, sep, raw = piece.partition("=")
             key = key.strip()
             if not sep or not key:
                 raise UserError(f"--hparams: '{piece}' is not of the form name=value")
-            if key not in self._values:
-                raise UserError(f"unknown hparam '{key}'{did_you_mean(key, self._values)}")
-            self._values[key] = self._parse_value(key, raw, self._values[key])
+            given.append((key, raw))
+        renamed: dict[str, tuple[str, ...]] = {}
+        for key, raw in given:
+            targets = (key,) if key in self._values else self._t2t_counterparts(key)
+            if targets != (key,):
+                renamed[key] = targets
+            for target in targets:
+                self._values[target] = self._parse_value(key, raw, self._values[target])
+        if "batch_size" in dict(given) and self._values.get("batch_size_unit") == "tokens":
+            longest = max(int(self._values.get("inputs_length", 1)), int(self._values.get("targets_length", 1)), 1)
+            logging.info(
+                "--hparams: batch_size %s counts tokens (batch_size_unit=tokens): %d sequences of up to %d tokens",
+                self._values["batch_size"],
+                max(1, int(self._values["batch_size"]) // longest),
+                longest,
+            )
+        if renamed:
+            self._follow_t2t_width(renamed, {key for key, _ in given})
+            logging.info(
+                "--hparams: tensor2tensor's %s", ", ".join(f"{k} sets {' and '.join(v)}" for k, v in renamed.items())
+            )
         return self
+
+    def _t2t_counterparts(self, key: str) -> tuple[str, ...]:
+        """The hparams a tensor2tensor name sets here, or the one-line error for an unknown name."""
+        targets = t2t_hparam_names.counterparts(key)
+        if targets and all(t in self._values for t in targets):
+            return targets
+        raise UserError(t2t_hparam_names.refusal(key) or f"unknown hparam '{key}'{did_you_mean(key, self._values)}")
+
+    def _follow_t2t_width(self, renamed: dict[str, tuple[str, ...]], given: set[str]) -> None:
+        """T2T's hidden_size is shared among the heads: d_kv follows it unless given too."""
+        if "hidden_size" not in renamed or "d_kv" in given or not {"d_kv", "num_heads"} <= set(self._values):
+            return
+        try:
+            self._values["d_kv"] = t2t_hparam_names.heads_split(int(self.d_model), int(self.num_heads))
+        except ValueError as exc:
+            raise UserError(f"--hparams: {exc}") from None
 
     def _parse_value(self, key: str, raw: str, current: Any) -> Any:
         if current is None:

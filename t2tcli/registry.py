@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from t2tcli import t2t_imports
 from t2tcli.errors import UserError, did_you_mean
 from t2tcli.io import fs
 
@@ -279,7 +280,8 @@ def _import_local(path: Path, key: str) -> None:
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
         try:
-            spec.loader.exec_module(module)
+            with t2t_imports.served_while_importing():
+                spec.loader.exec_module(module)
         except UserError:
             _IMPORTED_DIRS.discard(key)
             raise
