@@ -13,7 +13,8 @@ PACKAGE = REPO / "t2tcli"
 LAYERS = ["core", "io", "data", "model", "interop", "train", "decode", "evaluate", "cli"]
 # Top-level modules: the core, and the public names a user's Problem imports (the README's paths).
 # The registry imports user code from any file system, so it sits on the file layer.
-TOP_LEVEL = {"problem": "data", "sources": "data", "text": "data", "registry": "io"}
+# tensor2tensor's API for user dirs (t2t_compat) builds Problems, so it sits on the data layer.
+TOP_LEVEL = {"problem": "data", "sources": "data", "text": "data", "registry": "io", "t2t_compat": "data"}
 MAX_LINES = 400
 
 

@@ -74,7 +74,9 @@ def _learning_rate(t2t: T2THParams, d_model: int) -> dict[str, Any]:
         decay = "rsqrt_decay"
     elif "linear_decay" in factors:
         decay = "linear_decay"
-    return dict(learning_rate=peak, learning_rate_schedule=decay, warmup_steps=warmup if "linear_warmup" in factors else 0)
+    return dict(
+        learning_rate=peak, learning_rate_schedule=decay, warmup_steps=warmup if "linear_warmup" in factors else 0
+    )
 
 
 def _optimizer(t2t: T2THParams) -> dict[str, Any]:

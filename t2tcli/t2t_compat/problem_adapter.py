@@ -72,7 +72,9 @@ def check_mappable(cls: type) -> None:
         )
     for method, instead in REFUSED_OVERRIDES.items():
         if _overridden(cls, method):
-            raise UserError(f"{where(cls)}: problem {cls.__name__} overrides {method}, which cannot run here: {instead}")
+            raise UserError(
+                f"{where(cls)}: problem {cls.__name__} overrides {method}, which cannot run here: {instead}"
+            )
 
 
 @functools.cache

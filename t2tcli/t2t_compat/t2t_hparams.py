@@ -216,7 +216,12 @@ def _resized(hp: T2THParams, **values: Any) -> T2THParams:
 def transformer_big() -> T2THParams:
     """T2T's Transformer big: width 1024, d_ff 4096, 16 heads."""
     return _resized(
-        transformer_base(), hidden_size=1024, filter_size=4096, batch_size=2048, num_heads=16, layer_prepostprocess_dropout=0.3
+        transformer_base(),
+        hidden_size=1024,
+        filter_size=4096,
+        batch_size=2048,
+        num_heads=16,
+        layer_prepostprocess_dropout=0.3,
     )
 
 
