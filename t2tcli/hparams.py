@@ -90,6 +90,10 @@ def _infer(raw: str) -> Any:
 class HParams:
     """Named, typed settings with string overrides and a JSON round trip."""
 
+    # True for a set from tensor2tensor, where the heads share the model width: there an
+    # override of num_heads or d_model (hidden_size) keeps d_kv = d_model / num_heads.
+    heads_share_width = False
+
     def __init__(self, **values: Any) -> None:
         object.__setattr__(self, "_values", {})
         for key, value in values.items():
@@ -189,8 +193,8 @@ class HParams:
                 max(1, int(self._values["batch_size"]) // longest),
                 longest,
             )
+        self._follow_t2t_width({key for key, _ in given})
         if renamed:
-            self._follow_t2t_width(renamed, {key for key, _ in given})
             logging.info(
                 "--hparams: tensor2tensor's %s", ", ".join(f"{k} sets {' and '.join(v)}" for k, v in renamed.items())
             )
@@ -203,9 +207,15 @@ class HParams:
             return targets
         raise UserError(t2t_hparam_names.refusal(key) or f"unknown hparam '{key}'{did_you_mean(key, self._values)}")
 
-    def _follow_t2t_width(self, renamed: dict[str, tuple[str, ...]], given: set[str]) -> None:
+    def share_width_among_heads(self) -> HParams:
+        """Marks a set from tensor2tensor (see `heads_share_width`); returns self."""
+        object.__setattr__(self, "heads_share_width", True)
+        return self
+
+    def _follow_t2t_width(self, given: set[str]) -> None:
         """T2T's hidden_size is shared among the heads: d_kv follows it unless given too."""
-        if "hidden_size" not in renamed or "d_kv" in given or not {"d_kv", "num_heads"} <= set(self._values):
+        widths = {"hidden_size", "d_model", "num_heads"} if self.heads_share_width else {"hidden_size"}
+        if not widths & given or "d_kv" in given or not {"d_model", "d_kv", "num_heads"} <= set(self._values):
             return
         try:
             self._values["d_kv"] = t2t_hparam_names.heads_split(int(self.d_model), int(self.num_heads))

@@ -87,6 +87,10 @@ def test_t2t_set_names_run_as_transformers_of_the_same_shape():
         "transformer_tiny": (128, 512, 4, 2, 4096),
         "transformer_small": (256, 1024, 4, 2, 4096),
     }
+    heads = registry.hparams("transformer_tiny").parse("num_heads=8")
+    assert (heads.d_model, heads.num_heads, heads.d_kv) == (128, 8, 16), "T2T's heads share the width"
+    t5 = registry.hparams("t5_small").parse("num_heads=4")
+    assert (t5.d_model, t5.num_heads, t5.d_kv) == (512, 4, 64), "a set of this toolkit keeps its d_kv"
     big = registry.hparams("transformer_big")
     assert (big.d_model, big.d_ff, big.num_heads, big.d_kv, big.dropout_rate) == (1024, 4096, 16, 64, 0.3)
 

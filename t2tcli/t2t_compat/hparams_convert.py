@@ -148,6 +148,7 @@ def convert(t2t: T2THParams, set_name: str) -> HParams:
         hp.override_from_dict(values)
     except UserError as exc:
         raise UserError(f"hparams set '{set_name}': {exc}") from None
+    hp.share_width_among_heads()
     logging.info("%s", describe(set_name, hp))
     unread = sorted(n for n in t2t.user_set() if n not in _READ)
     if unread:

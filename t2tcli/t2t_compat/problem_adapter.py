@@ -43,6 +43,8 @@ REFUSED_OVERRIDES = {
     "example_reading_spec": "the shards here hold inputs and targets only; remove the override",
     "hparams": "problem hparams (modalities, vocab sizes) are fixed here: text in, text out; remove the override",
 }
+# The problems whose vocabulary mapping this process has logged (once each).
+_VOCAB_TOLD: set[str] = set()
 # A character vocabulary's most pieces (it has as many as the training text has characters).
 CHARACTER_VOCAB_SIZE = 1024
 
@@ -201,13 +203,15 @@ class T2TProblem(Text2TextProblem):
                 f"{self.origin}: vocab_type {kind!r} (a token list of your own) cannot map here; "
                 "use VocabType.SUBWORD (a SentencePiece model of approx_vocab_size) or VocabType.CHARACTER"
             )
-        logging.info(
-            "problem '%s': tensor2tensor vocab_type %s becomes a SentencePiece %s vocabulary of up to %d pieces",
-            self.name,
-            kind,
-            spec.model_type,
-            spec.size,
-        )
+        if self.name not in _VOCAB_TOLD:
+            _VOCAB_TOLD.add(self.name)
+            logging.info(
+                "problem '%s': tensor2tensor vocab_type %s becomes a SentencePiece %s vocabulary of up to %d pieces",
+                self.name,
+                kind,
+                spec.model_type,
+                spec.size,
+            )
         return spec
 
     def source(self, tmp_dir: str | None) -> dict[str, Source]:
@@ -249,7 +253,8 @@ class T2TSelfProblem(T2TProblem, SelfSupervisedProblem):
     metrics = ("token_accuracy",)
 
     def _vocab(self) -> VocabSpec:
-        logging.info("problem '%s': tensor2tensor Text2SelfProblem trains as a prefix LM here", self.name)
+        if self.name not in _VOCAB_TOLD:
+            logging.info("problem '%s': tensor2tensor Text2SelfProblem trains as a prefix LM here", self.name)
         return super()._vocab()
 
     def record(self, sample: Any, number: int, data_dir: str) -> dict[str, str]:
