@@ -134,6 +134,7 @@ def test_a_class_problem_per_split_with_label_strings(usr_dirs):
 def test_a_text2self_problem_trains_as_a_prefix_lm(usr_dirs):
     song = registry.problem("song_text")
     assert song.objective.name == "prefix_lm"
+    assert song.vocab.extra_ids == 100, "the self-supervised pipeline reserves T5's sentinels"
     assert _records(song)[0] == {"targets": "la la song number 0"}
     assert song.preprocess({"targets": "la la"}) == {"inputs": "", "targets": "la la"}
 

@@ -9,6 +9,7 @@ cannot map, and is refused in one line naming the class and what to do instead.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import hashlib
 import inspect
@@ -255,7 +256,8 @@ class T2TSelfProblem(T2TProblem, SelfSupervisedProblem):
     def _vocab(self) -> VocabSpec:
         if self.name not in _VOCAB_TOLD:
             logging.info("problem '%s': tensor2tensor Text2SelfProblem trains as a prefix LM here", self.name)
-        return super()._vocab()
+        # The self-supervised input pipeline here reserves T5's sentinels in the vocabulary.
+        return dataclasses.replace(super()._vocab(), extra_ids=SelfSupervisedProblem.vocab.extra_ids)
 
     def record(self, sample: Any, number: int, data_dir: str) -> dict[str, str]:
         return {"targets": _text(self, sample, "targets", number)}
