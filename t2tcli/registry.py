@@ -246,7 +246,8 @@ def import_usr_dir(usr_dir: str) -> None:
     otherwise every `*.py` in it is imported, in name order. A remote directory (gs://...)
     is copied into a local temporary directory first. Importing the same place twice is a
     no-op. A failure inside user code is re-raised as a UserError naming the user's file
-    and line.
+    and line. Code written for tensor2tensor imports it as usual: without a real
+    tensor2tensor installed, those imports find t2tcli's layer (t2tcli.t2t_imports).
     """
     key = _key(usr_dir)
     if key in _IMPORTED_DIRS:
