@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 from collections.abc import Iterator, Sequence
 from typing import IO
 
@@ -53,6 +54,10 @@ class TextSource(_FileSource):
 
     def units(self, options: ReadOptions) -> list[tuple[int, str]]:
         return list(enumerate(self.files()))
+
+    def recorded_name(self) -> str:
+        """Every pattern by its name (`*.txt, *.txt.gz`): the origin is all of them, not its last."""
+        return ", ".join(os.path.basename(pattern) for pattern in self.patterns)
 
     def fingerprint(self) -> str:
         parts = []
