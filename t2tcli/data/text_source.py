@@ -56,8 +56,10 @@ class TextSource(_FileSource):
         return list(enumerate(self.files()))
 
     def recorded_name(self) -> str:
-        """Every pattern by its name (`*.txt, *.txt.gz`): the origin is all of them, not its last."""
-        return ", ".join(os.path.basename(pattern) for pattern in self.patterns)
+        """The patterns (or files) that found files, by their names (`*.txt`, or `*.txt, *.txt.gz`
+        when both did): what the text was read from, not every pattern looked for."""
+        found = [p for p in self.patterns if (fs.glob(p) if any(c in p for c in "*?[") else fs.exists(p))]
+        return ", ".join(os.path.basename(pattern) for pattern in found or self.patterns)
 
     def fingerprint(self) -> str:
         parts = []
