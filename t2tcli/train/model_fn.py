@@ -145,7 +145,8 @@ def _train_spec(
     tf1.summary.scalar("learning_rate", lr)
     tf1.summary.scalar("tokens_per_batch", tokens)
     with mtf.utils.outside_all_rewrites():
-        if train.init_checkpoint:
+        # Once model_dir holds a checkpoint (a later round of train_and_evaluate), it is restored instead.
+        if train.init_checkpoint and not tf.train.latest_checkpoint(model_dir):
             init_checkpoint.init_from_checkpoint(
                 train.init_checkpoint, g.graph, g.hp, label=train.init_checkpoint_label
             )
