@@ -102,7 +102,8 @@ def init_from_checkpoint(init_checkpoint: str, graph: mtf.Graph, hp: HParams, la
             hp.norm_scope,
             hp.norm_scope,
         )
-    logging.info("%s", loaded_line(label or init_checkpoint, graph, assignment, _step_of(init_checkpoint)))
+    step = None if label else _step_of(init_checkpoint)  # a converted copy's step says nothing of its source
+    logging.info("%s", loaded_line(label or init_checkpoint, graph, assignment, step))
     tf1.train.init_from_checkpoint(init_checkpoint, assignment)
 
 
