@@ -6,8 +6,8 @@ id column), so nothing keeps those texts out of pretraining. Here the other prob
 dev and test records are read as datagen splits them, every text of theirs (each raw
 field, and the inputs and targets made of them) is hashed after collapsing whitespace,
 and a document of the self-supervised source with the same hash is left out, in every
-split, by both runners. Imports only core and data's options, problem, source_base and
-stages.
+split, by both runners (they are not counted in the meta file's rows_read; a log line
+counts them). Imports only core and data's options, plan, problem, source_base and stages.
 """
 
 from __future__ import annotations
