@@ -334,3 +334,28 @@ def test_a_job_carries_its_problem_code_to_a_worker_that_lacks_it(usr_dir, tmp_p
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["beam_notes", "qp_all", "64"]
     assert not list(scratch.glob(".t2t_code_*")), "staging copies are renamed into place"
+
+
+def test_pretraining_text_that_leaves_out_dev_texts_gives_the_local_bytes(usr_dir, tmp_path):
+    raw = tmp_path / "raw"
+    write_notes(raw, files=1, rows=120)
+    notes = [" ".join(row["note"].split()) for row in read_notes(raw / "notes-0.csv")]
+    (raw / "corpus.txt").write_text("\n".join(notes) + "\n", encoding="utf-8")
+    local, beam = local_and_beam(
+        "span_corruption",
+        tmp_path,
+        "InProcess",
+        usr_dirs=[usr_dir],
+        tmp_dir=str(raw),
+        leave_out_dev_of=("beam_notes",),
+    )
+    assert beam == local
+    read = read_meta(str(tmp_path / "beam"), "span_corruption")["rows_read"]
+    assert 0 < read < len(notes), "the notes in beam_notes' dev split are left out"
+
+
+def read_notes(path: Path) -> list[dict[str, str]]:
+    import csv
+
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))

@@ -66,6 +66,21 @@ def test_per_problem_metrics_loss_and_files(tmp_path):
     assert table[2].split()[:3] == ["100", "label", "2"]
 
 
+def test_inputs_and_targets_are_written_beside_the_predictions_line_for_line(tmp_path):
+    ex = evaluation.Example
+    task = evaluation.Task("copy", [ex([3, 4], [3, 4]), ex([9, 4], [7]), ex([6], [8])], ("sequence_accuracy",), str)
+    evaluator, _ = make_evaluator(tmp_path, [task])
+    record = evaluator.evaluate(100, "/m/model.ckpt-100")[0]
+    names = {kind: record[kind] for kind in ("inputs", "targets", "predictions")}
+    assert names == {kind: f"copy-100.{kind}.txt" for kind in names}
+    lines = {kind: (tmp_path / "eval_dev" / name).read_text().splitlines() for kind, name in names.items()}
+    assert lines == {"inputs": ["3 4", "9 4", "6"], "targets": ["3 4", "7", "8"], "predictions": ["3 4", "5", "6"]}
+    # Written whole (atomically): no temporary file is left beside them.
+    assert sorted(n for n in os.listdir(tmp_path / "eval_dev") if not n.startswith("events.")) == sorted(
+        [*names.values(), results.RESULTS_FILE]
+    )
+
+
 def test_postprocess_is_applied_to_both_sides(tmp_path):
     task = evaluation.Task("p", [evaluation.Example([9], [5, 5])], ("sequence_accuracy",), lambda s: s.split()[0])
     evaluator, _ = make_evaluator(tmp_path, [task])

@@ -30,6 +30,13 @@ flags.DEFINE_integer(
     "With --vocab_from=FILE.model: append this many T5 sentinels <extra_id_N> (100 for T5's released "
     "sentencepiece.model, to fit its checkpoints' 32,128 rows). Default: the problem's extra_ids.",
 )
+flags.DEFINE_list(
+    "leave_out_dev_of",
+    [],
+    "PROBLEM[,PROBLEM...]: a self-supervised problem's text leaves out every text of these problems' dev and test "
+    "splits (compared whole, whitespace collapsed), so a model pretrained on it has not seen what it is later "
+    "evaluated on. They are read with the same --tmp_dir.",
+)
 flags.DEFINE_string(
     "beam_runner",
     None,
@@ -70,6 +77,7 @@ def main() -> None:
         progress=show_progress(),
         vocab_from=FLAGS.vocab_from,
         vocab_extra_ids=FLAGS.vocab_extra_ids,
+        leave_out_dev_of=tuple(FLAGS.leave_out_dev_of),
     )
     if FLAGS.beam_runner:
         from t2tcli.data import beam_runner

@@ -216,14 +216,14 @@ def train_vocabulary(job: BeamJob, sample: VocabSample) -> bytes:
 class Encoder:
     """Pairs -> framed records, by the vocabulary the pipeline made (one per worker)."""
 
-    def __init__(self, proto: bytes) -> None:
+    def __init__(self, proto: bytes, supplied: bool = False) -> None:
         with tempfile.NamedTemporaryFile(suffix=".model", delete=False) as f:
             f.write(proto)
         try:
             vocab = Vocabulary(f.name)
         finally:
             os.remove(f.name)
-        self.text_encoder = PackedTextEncoder(vocab)
+        self.text_encoder = PackedTextEncoder(vocab, supplied)
         self.example_encoder = shards.ExampleEncoder()
 
 
@@ -237,7 +237,8 @@ def encode_part(
     encoder = _ENCODERS.get(id(proto))
     if encoder is None:
         _ENCODERS.clear()
-        encoder = _ENCODERS[id(proto)] = Encoder(proto)
+        supplied = bool(job.options.vocab_from or problem_of(job).vocab.source)
+        encoder = _ENCODERS[id(proto)] = Encoder(proto, supplied)
     input_lengths = target_lengths = np.zeros(0, dtype=np.int64)
     count = job.shard_counts[(part.task, part.split)]
     for block, packed_inputs, in_lengths, packed_targets, tg_lengths in encoded_blocks(

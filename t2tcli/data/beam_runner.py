@@ -192,6 +192,7 @@ def finish(work: Plan, job: BeamJob, items: list[Any], seconds: float) -> list[s
         totals[task.name] = ReadTotals(work.fingerprints[task.name])
         for source_split, source in sources.items():
             report = merged_report(source.origin, source_split, reports.get((task.name, source_split), []))
+            report.name = source.recorded_name()
             check_skipped(task, source, report)
             totals[task.name].reports.append(report)
         totals[task.name].counts = dict(stats[task.name].counts) if task.name in stats else {}

@@ -1,5 +1,5 @@
 """Where t2t-eval's results go: a JSON lines file of records, TensorBoard scalars, the
-decoded texts, and the table printed at the end.
+decoded texts with the inputs and targets they pair with, and the table printed at the end.
 
 A record is written whole or not at all, and a checkpoint evaluated again replaces its
 earlier record, so the results file can be read (and evaluation restarted) at any time.
@@ -39,7 +39,13 @@ class ResultsSink:
     def write_predictions(self, problem: str, step: int, texts: list[str]) -> str:
         """Writes the decoded texts, one line each (escaped as t2t-decode writes them), in
         the split's order; returns the file's name within the directory."""
-        name = f"{problem}-{step}.predictions.txt"
+        return self.write_lines(problem, step, "predictions", texts)
+
+    def write_lines(self, problem: str, step: int, kind: str, texts: list[str]) -> str:
+        """Writes `<problem>-<step>.<kind>.txt` whole or not at all, one escaped line per
+        example in the split's order, so its line N pairs with line N of the others (inputs,
+        targets, predictions); returns the file's name within the directory."""
+        name = f"{problem}-{step}.{kind}.txt"
         fs.makedirs(self.directory)
         atomic.write_text(os.path.join(self.directory, name), "".join(text_files.escape(t) + "\n" for t in texts))
         return name
