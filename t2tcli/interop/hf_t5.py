@@ -15,9 +15,9 @@ import contextlib
 import io
 import json
 import os
+import secrets
 import shutil
 import struct
-import tempfile
 from typing import Any
 
 import numpy as np
@@ -300,6 +300,7 @@ def export(
         )
     if fs.exists(export_dir) and (not fs.isdir(export_dir) or fs.listdir(export_dir)):
         raise UserError(f"--export_dir={export_dir} exists and is not an empty directory")
+    target = export_dir if fs.is_remote(export_dir) else _local_target(export_dir)
     arch = Architecture.from_hparams(hp, vocab_size)
     tensors = {}
     for mesh_name, hf in hf_names(arch).items():
@@ -349,19 +350,45 @@ def export(
     if fs.is_remote(export_dir):
         _write_remote(files, export_dir)
         return
-    parent = os.path.dirname(os.path.abspath(export_dir))
+    parent = os.path.dirname(target)
     os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(export_dir)}.", dir=parent)
+    staging = _new_directory(parent, f".{os.path.basename(target)}.")
     try:
         for name, data in files.items():
             with open(os.path.join(staging, name), "wb") as f:
                 f.write(data)
-        if os.path.isdir(export_dir):
-            os.rmdir(export_dir)  # empty, checked above
-        os.replace(staging, export_dir)
+        if os.path.isdir(target):
+            os.rmdir(target)  # empty, checked above
+        os.replace(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def _local_target(export_dir: str) -> str:
+    """The directory a local export is renamed into: export_dir, or, where export_dir is a
+    symlink to a directory, that directory (the link stays, and leads to the model)."""
+    if not os.path.islink(export_dir):
+        return os.path.abspath(export_dir)
+    target = os.path.realpath(export_dir)
+    if not os.path.isdir(target):
+        raise UserError(f"--export_dir={export_dir} is a symlink to {target}, which is not a directory")
+    parent = os.path.dirname(target)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"--export_dir={export_dir} is a symlink to {target}; no permission to write in {parent}")
+    return target
+
+
+def _new_directory(parent: str, prefix: str) -> str:
+    """A new, empty directory in `parent` with the mode the umask gives (mkdtemp's are
+    private, and the export is renamed into place as it is)."""
+    while True:
+        path = os.path.join(parent, prefix + secrets.token_hex(6))
+        try:
+            os.mkdir(path, 0o777)
+        except FileExistsError:
+            continue
+        return path
 
 
 def _json_bytes(content: dict[str, Any]) -> bytes:
