@@ -11,12 +11,9 @@ writes.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
-import secrets
-import shutil
 import struct
 from typing import Any
 
@@ -29,7 +26,8 @@ from t2tcli.data.hf_vocab import CONFIG, SPIECE, TOKENIZER_CONFIG
 from t2tcli.data.hf_vocab import is_model_dir as is_model_dir  # the directory test is data's: callers ask here
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
-from t2tcli.io import atomic, fs
+from t2tcli.interop import export_files
+from t2tcli.io import fs
 from t2tcli.model.weight_names import (
     GLOBAL_STEP,
     LOGITS,
@@ -288,8 +286,8 @@ def export(
     """Writes a Hugging Face T5 directory (config, safetensors, SentencePiece) into export_dir.
 
     `values` are the model's weights under mesh names (e.g. read from a checkpoint). The
-    directory is assembled beside export_dir and renamed into place, so export_dir is
-    either complete or absent; on a remote file system, see `_write_remote`.
+    directory is written whole (`export_files.write_whole`): complete or absent, config.json
+    last where an object store allows no rename.
     """
     from safetensors.numpy import save
 
@@ -298,9 +296,7 @@ def export(
             f"ffn_activation={hp.ffn_activation!r} has no Hugging Face T5 equivalent "
             f"(exportable: {', '.join(_TO_HF_ACTIVATION)})"
         )
-    if fs.exists(export_dir) and (not fs.isdir(export_dir) or fs.listdir(export_dir)):
-        raise UserError(f"--export_dir={export_dir} exists and is not an empty directory")
-    target = export_dir if fs.is_remote(export_dir) else _local_target(export_dir)
+    target = export_files.place(export_dir)
     arch = Architecture.from_hparams(hp, vocab_size)
     tensors = {}
     for mesh_name, hf in hf_names(arch).items():
@@ -347,67 +343,11 @@ def export(
         SPIECE: spiece,
         CONFIG: _json_bytes(config),  # last: loaders look for it first
     }
-    if fs.is_remote(export_dir):
-        _write_remote(files, export_dir)
-        return
-    parent = os.path.dirname(target)
-    os.makedirs(parent, exist_ok=True)
-    staging = _new_directory(parent, f".{os.path.basename(target)}.")
-    try:
-        for name, data in files.items():
-            with open(os.path.join(staging, name), "wb") as f:
-                f.write(data)
-        if os.path.isdir(target):
-            os.rmdir(target)  # empty, checked above
-        os.replace(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
-def _local_target(export_dir: str) -> str:
-    """The directory a local export is renamed into: export_dir, or, where export_dir is a
-    symlink to a directory, that directory (the link stays, and leads to the model)."""
-    if not os.path.islink(export_dir):
-        return os.path.abspath(export_dir)
-    target = os.path.realpath(export_dir)
-    if not os.path.isdir(target):
-        raise UserError(f"--export_dir={export_dir} is a symlink to {target}, which is not a directory")
-    parent = os.path.dirname(target)
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"--export_dir={export_dir} is a symlink to {target}; no permission to write in {parent}")
-    return target
-
-
-def _new_directory(parent: str, prefix: str) -> str:
-    """A new, empty directory in `parent` with the mode the umask gives (mkdtemp's are
-    private, and the export is renamed into place as it is)."""
-    while True:
-        path = os.path.join(parent, prefix + secrets.token_hex(6))
-        try:
-            os.mkdir(path, 0o777)
-        except FileExistsError:
-            continue
-        return path
+    export_files.write_whole(files, target)
 
 
 def _json_bytes(content: dict[str, Any]) -> bytes:
     return (json.dumps(content, indent=2, sort_keys=True) + "\n").encode()
-
-
-def _write_remote(files: dict[str, bytes], export_dir: str) -> None:
-    """Each file whole or absent, config.json last: object stores rename no directories,
-    so a directory that lacks config.json is what an interrupted export leaves, and no
-    loader takes it for a model. A failure removes what was written."""
-    fs.makedirs(export_dir)
-    try:
-        for name, data in files.items():
-            atomic.write_bytes(f"{export_dir.rstrip('/')}/{name}", data)
-    except BaseException:
-        for name in files:
-            with contextlib.suppress(OSError):
-                fs.remove(f"{export_dir.rstrip('/')}/{name}")
-        raise
 
 
 def mesh_values_from_checkpoint(checkpoint_path: str, hp: HParams, vocab_size: int) -> dict[str, np.ndarray]:
