@@ -190,3 +190,35 @@ def test_wait_for_a_run_that_never_starts_is_bounded(tmp_path):
     fake.on_sleep = [lambda: None, lambda: write_run(str(tmp_path), 10)]
     following.wait_for_run(str(tmp_path), 30, poll_seconds=4, clock=fake.clock, sleep=fake.sleep)
     assert fake.now == 8
+
+
+def test_a_model_dir_whose_results_cannot_be_written_points_to_eval_dir(tmp_path, monkeypatch):
+    """A read-only model_dir (no write permission in it) is evaluated with --eval_dir: the
+    one-line error says so. Checked before anything is read or written."""
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    real_access = os.access
+
+    def read_only(path, mode, *args, **kwargs):
+        if os.path.abspath(path) == str(model_dir) and mode & os.W_OK:
+            return False
+        return real_access(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "access", read_only)
+    with pytest.raises(UserError) as refused:
+        results.writable_results_dir(str(model_dir), "dev", None)
+    message = str(refused.value)
+    assert message.startswith(f"--model_dir={model_dir / 'eval_dev'}: no permission to write in {model_dir}")
+    assert "--eval_dir" in message and "\n" not in message
+    elsewhere = tmp_path / "results"
+    assert results.writable_results_dir(str(model_dir), "dev", str(elsewhere)) == str(elsewhere)
+    assert not elsewhere.exists() and not (model_dir / "eval_dev").exists(), "nothing made yet"
+
+
+def test_t2t_eval_says_eval_dir_is_the_way_when_the_results_cannot_go_in_the_model_dir(tmp_path):
+    from conftest import run_binary
+    from test_faults import assert_fails_in_one_line
+
+    (tmp_path / "eval_dev").write_text("a file where the results would go\n")
+    proc = run_binary("t2t-eval", f"--model_dir={tmp_path}")
+    assert_fails_in_one_line(proc, f"--model_dir={tmp_path / 'eval_dev'}: exists and is not a directory", "--eval_dir")

@@ -43,11 +43,10 @@ def main() -> None:
     from t2tcli.decode import engines
     from t2tcli.decode import settings as decode_settings
     from t2tcli.evaluate import evaluation, following, results
-    from t2tcli.io import lock, preflight
+    from t2tcli.io import lock
     from t2tcli.model import checkpoints, loading
 
-    results_dir = FLAGS.eval_dir or results.eval_dir(FLAGS.model_dir, FLAGS.split)
-    preflight.check_output_dir(results_dir, "eval_dir" if FLAGS.eval_dir else "model_dir")
+    results_dir = results.writable_results_dir(FLAGS.model_dir, FLAGS.split, FLAGS.eval_dir)
 
     if FLAGS.wait:
         following.wait_for_run(FLAGS.model_dir, FLAGS.wait_timeout, FLAGS.wait_poll_seconds)

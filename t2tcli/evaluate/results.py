@@ -13,13 +13,31 @@ import json
 import os
 from typing import Any
 
-from t2tcli.io import atomic, fs, text_files
+from t2tcli.errors import UserError
+from t2tcli.io import atomic, fs, preflight, text_files
 
 RESULTS_FILE = "metrics.jsonl"
 
 
 def eval_dir(model_dir: str, split: str) -> str:
     return os.path.join(model_dir, f"eval_{split}")
+
+
+def writable_results_dir(model_dir: str, split: str, chosen: str | None) -> str:
+    """The results directory (`chosen`, else model_dir/eval_<split>), checked before any work.
+
+    Where the default one cannot be written (a read-only model_dir), the one-line error
+    says that --eval_dir is how such a model_dir is evaluated.
+    """
+    if chosen:
+        preflight.check_output_dir(chosen, "eval_dir")
+        return chosen
+    directory = eval_dir(model_dir, split)
+    try:
+        preflight.check_output_dir(directory, "model_dir")
+    except UserError as exc:
+        raise UserError(f"{exc}; pass --eval_dir=DIR to write the results elsewhere") from None
+    return directory
 
 
 class ResultsSink:
