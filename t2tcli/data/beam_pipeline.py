@@ -25,6 +25,7 @@ import dataclasses
 import os
 import pickle
 import tempfile
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -65,6 +66,7 @@ class BeamJob:
 
     problem: str
     code: tuple[registry.CodeBundle, ...]  # the built-in problems and --usr_dir code, sources included
+    code_digests: tuple[str, ...]  # of each bundle, as the launcher read it: workers import nothing else
     options: Options
     staging: str
     shard_counts: dict[tuple[str, str], int]
@@ -138,14 +140,17 @@ class TrainedVocab:
 
 
 _PROBLEMS: dict[tuple[str, tuple[str, ...]], Problem] = {}
+_IMPORTING = threading.Lock()  # a worker process runs steps on several threads
 
 
 def problem_of(job: BeamJob) -> Problem:
-    """The job's problem in this worker process, built once from the registry."""
+    """The job's problem in this worker process, built once from the registry, with the
+    job's user code staged privately and checked against the launcher's digests."""
     key = (job.problem, tuple(path for path, _ in job.code))
-    if key not in _PROBLEMS:
-        registry.import_code_bundles(job.code, tempfile.gettempdir())
-        _PROBLEMS[key] = registry.problem(job.problem)
+    with _IMPORTING:
+        if key not in _PROBLEMS:
+            registry.import_code_bundles(job.code, job.code_digests)
+            _PROBLEMS[key] = registry.problem(job.problem)
     return _PROBLEMS[key]
 
 

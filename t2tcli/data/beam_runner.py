@@ -128,9 +128,11 @@ def _launch(
     if not work.pending:
         return summaries
     staging = os.path.join(options.data_dir, layout.staging_name(problem.name, uuid.uuid4().hex[:12]))
+    code = registry.code_bundles(usr_dirs)
     job = BeamJob(
         problem.name,
-        registry.code_bundles(usr_dirs),
+        code,
+        tuple(registry.code_digest(bundle) for bundle in code),
         options,
         staging,
         {(task.name, split): count for task in work.pending for split, count in num_shards(task, options).items()},
