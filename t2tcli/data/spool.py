@@ -1,9 +1,10 @@
 """Pass 1's text of one problem, kept on disk until the vocabulary exists to encode it.
 
 One file per split in the run's work directory, a sequence of chunks in a plain format:
-a header of three little-endian counts (rows, bytes of inputs, bytes of targets), then the
-rows' key hashes, the character lengths of each input and each target, and the UTF-8 text
-of all inputs and of all targets. Reading it back can only give strings and numbers, so
+a header of little-endian counts (rows, bytes of inputs, bytes of targets, bytes per
+length), then the rows' key hashes, the character lengths of each input and each target
+(in the fewest bytes that hold the longest), and the UTF-8 text of all inputs and of all
+targets: no larger than pickle made it. Reading it back can only give strings and numbers, so
 a file swapped in by someone else cannot run code (pickle could). The files are created
 and read through `t2tcli.io.scratch`, which follows no symlink and refuses FIFOs.
 Imports only io and data's layout and stages.
@@ -23,7 +24,8 @@ from t2tcli.data.stages import ReadTotals
 from t2tcli.errors import UserError
 from t2tcli.io import scratch
 
-_HEADER = np.dtype([("rows", "<u8"), ("input_bytes", "<u8"), ("target_bytes", "<u8")])
+_HEADER = np.dtype([("rows", "<u8"), ("input_bytes", "<u8"), ("target_bytes", "<u8"), ("width", "<u8")])
+_LENGTH_TYPES = {np.dtype(t).itemsize: np.dtype(t) for t in ("<u1", "<u2", "<u4", "<u8")}
 # Any str Python holds, lone surrogates included, round-trips through UTF-8 with this handler.
 _ERRORS = "surrogatepass"
 
@@ -59,15 +61,15 @@ def encode_chunk(hashes: np.ndarray, inputs: list[str], targets: list[str]) -> b
     """One chunk of rows as the spool stores it."""
     input_text = "".join(inputs).encode("utf-8", _ERRORS)
     target_text = "".join(targets).encode("utf-8", _ERRORS)
-    header = np.array([(len(inputs), len(input_text), len(target_text))], dtype=_HEADER)
-    input_lengths = np.fromiter(map(len, inputs), dtype="<u8", count=len(inputs))
-    target_lengths = np.fromiter(map(len, targets), dtype="<u8", count=len(targets))
+    lengths = np.fromiter(map(len, inputs + targets), dtype="<u8", count=len(inputs) + len(targets))
+    top = int(lengths.max()) if len(lengths) else 0
+    width = next(size for size, kind in _LENGTH_TYPES.items() if top <= np.iinfo(kind).max)
+    header = np.array([(len(inputs), len(input_text), len(target_text), width)], dtype=_HEADER)
     return b"".join(
         (
             header.tobytes(),
             np.ascontiguousarray(hashes, dtype="<u8").tobytes(),
-            input_lengths.tobytes(),
-            target_lengths.tobytes(),
+            lengths.astype(_LENGTH_TYPES[width]).tobytes(),
             input_text,
             target_text,
         )
@@ -83,12 +85,14 @@ def spool_chunks(path: str) -> Iterator[tuple[np.ndarray, list[str], list[str]]]
                 return
             if len(head) < _HEADER.itemsize:
                 raise _damaged(path)
-            rows, input_bytes, target_bytes = (int(x) for x in np.frombuffer(head, dtype=_HEADER)[0])
-            numbers = _read_exactly(f, 3 * 8 * rows, path)
-            hashes, input_lengths, target_lengths = np.frombuffer(numbers, dtype="<u8").reshape(3, rows)
-            inputs = _split(_read_exactly(f, input_bytes, path), input_lengths, path)
-            targets = _split(_read_exactly(f, target_bytes, path), target_lengths, path)
-            yield hashes.astype(np.uint64), inputs, targets
+            rows, input_bytes, target_bytes, width = (int(x) for x in np.frombuffer(head, dtype=_HEADER)[0])
+            if width not in _LENGTH_TYPES:
+                raise _damaged(path)
+            hashes = np.frombuffer(_read_exactly(f, 8 * rows, path), dtype="<u8").astype(np.uint64)
+            lengths = np.frombuffer(_read_exactly(f, 2 * width * rows, path), dtype=_LENGTH_TYPES[width])
+            inputs = _split(_read_exactly(f, input_bytes, path), lengths[:rows].astype(np.uint64), path)
+            targets = _split(_read_exactly(f, target_bytes, path), lengths[rows:].astype(np.uint64), path)
+            yield hashes, inputs, targets
 
 
 def _read_exactly(f: IO[bytes], size: int, path: str) -> bytes:
