@@ -321,3 +321,35 @@ def test_a_full_disk_leaves_no_work_directory(full_disk):
     proc = run_binary("t2t-datagen", "--problem=copy_sequence", f"--data_dir={full_disk}", timeout=300)
     assert_fails_in_one_line(proc, f"{full_disk}: No space left on device")
     assert sorted(os.listdir(full_disk)) == ["filler"]
+
+
+def test_the_beam_summary_is_json_read_with_types(tmp_path):
+    from t2tcli.data import beam_summary
+    from t2tcli.data.stages import SourceReport
+    from t2tcli.data.stats import LengthHistogram
+
+    lengths = LengthHistogram()
+    lengths.add(np.array([3, 3, 70]))
+    items = [
+        beam_summary.UnitReport("p", "train", 2, SourceReport("a.csv", "train", 9, 2, [4, "b.csv:7"], 1)),
+        beam_summary.TaskStats("p", {"train": 5, "dev": 1}, lengths, LengthHistogram()),
+        beam_summary.WrittenShard("p", "train", 1, 5),
+        beam_summary.TrainedVocab(b"\0\xffproto"),
+    ]
+    unit, task_stats, shard, vocab = beam_summary.decode(beam_summary.encode(items), "summary.json")
+    assert unit == items[0] and shard == items[2] and vocab == items[3]
+    assert task_stats.counts == {"train": 5, "dev": 1} and task_stats.inputs.summary() == lengths.summary()
+    assert np.array_equal(task_stats.inputs.counts, lengths.counts) and not task_stats.targets.counts.any()
+
+    marker = tmp_path / "ran"
+    with pytest.raises(UserError, match="^summary.json: not the summary .*: not JSON"):
+        beam_summary.decode(pickle.dumps([_Payload(marker)]), "summary.json")
+    assert not marker.exists()
+    for hostile, what in (
+        (b'{"kind": "shard"}', "not a list"),
+        (b'[{"kind": "shard", "task": "p", "split": "train", "shard": -1, "records": 5}]', "'shard' .* valid int"),
+        (b'[{"kind": "stats", "task": "p", "counts": {}, "inputs": [1, "x"], "targets": []}]', "'inputs' holds"),
+        (b'[{"kind": "code", "source": "import os"}]', "unknown kind 'code'"),
+    ):
+        with pytest.raises(UserError, match=what):
+            beam_summary.decode(hostile, "summary.json")

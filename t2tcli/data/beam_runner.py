@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import pickle
 import shlex
 import time
 import uuid
@@ -22,8 +21,9 @@ from typing import Any
 from absl import logging
 
 from t2tcli import registry
-from t2tcli.data import beam_pipeline, layout
-from t2tcli.data.beam_pipeline import BeamJob, TaskStats, TrainedVocab, UnitReport, WrittenShard
+from t2tcli.data import beam_pipeline, beam_summary, layout
+from t2tcli.data.beam_pipeline import BeamJob
+from t2tcli.data.beam_summary import TaskStats, TrainedVocab, UnitReport, WrittenShard
 from t2tcli.data.meta import summary_line
 from t2tcli.data.options import Options, num_shards, split_sources
 from t2tcli.data.plan import Plan, holding, plan, remove_outputs
@@ -164,7 +164,8 @@ def _launch(
             raise
         except Exception as exc:  # noqa: BLE001 - any runner's failure becomes one line
             raise UserError(f"--beam_runner={runner}: {failure_line(exc)}") from None
-        items = pickle.loads(fs.read_bytes(os.path.join(staging, beam_pipeline.SUMMARY)))
+        summary = os.path.join(staging, beam_pipeline.SUMMARY)
+        items = beam_summary.decode(fs.read_bytes(summary), summary)
         seconds = time.monotonic() - start
         return summaries + finish(work, job, items, seconds)
     finally:
