@@ -4,7 +4,7 @@ One file per split in the run's work directory, a sequence of chunks in a plain 
 a header of little-endian counts (rows, bytes of inputs, bytes of targets, bytes per
 length), then the rows' key hashes, the character lengths of each input and each target
 (in the fewest bytes that hold the longest), and the UTF-8 text of all inputs and of all
-targets: no larger than pickle made it. Reading it back can only give strings and numbers, so
+targets: about the size pickle made it. Reading it back can only give strings and numbers, so
 a file swapped in by someone else cannot run code (pickle could). The files are created
 and read through `t2tcli.io.scratch`, which follows no symlink and refuses FIFOs.
 Imports only io and data's layout and stages.
