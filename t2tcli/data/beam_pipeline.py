@@ -16,8 +16,9 @@ run, whatever the runner and worker count:
   written as JSON (`beam_summary`).
 
 Steps hand each other small typed records, which Beam pickles in transit; nothing this
-module writes to a file is a pickle. Workers rebuild the problem from
-the registry by name (and --usr_dir), which is why a Problem needs no Beam-specific code.
+module writes to a file is a pickle. Workers rebuild the problem from the registry by name
+(and --usr_dir code, staged privately and checked against the launcher's digests), which is
+why a Problem needs no Beam-specific code.
 Imports only core, io and data.
 """
 
