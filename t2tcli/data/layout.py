@@ -56,7 +56,7 @@ def work_dir(data_dir: str, problem_name: str) -> str:
     """
     if fs.is_remote(data_dir):
         where = hashlib.sha1(data_dir.rstrip("/").encode()).hexdigest()[:16]
-        return os.path.join(scratch.user_temp_dir(), f"datagen-{where}", f".{problem_name}.work")
+        return os.path.join(scratch.user_temp_dir(), f"datagen-{where}.{problem_name}.work")
     return os.path.join(data_dir, f".{problem_name}.work")
 
 
