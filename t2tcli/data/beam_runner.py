@@ -32,7 +32,7 @@ from t2tcli.data.stages import ReadTotals, SourceReport, check_skipped, require_
 from t2tcli.data.vocab import Vocabulary, write_model
 from t2tcli.data.writer import finish_task
 from t2tcli.errors import UserError
-from t2tcli.io import atomic, fs
+from t2tcli.io import atomic, fs, scratch
 
 RUNNERS = ("DirectRunner", "DataflowRunner", "FlinkRunner", "SparkRunner", "PortableRunner", "FnApiRunner")
 
@@ -155,7 +155,10 @@ def _launch(
         remove_outputs(task, options.data_dir)
     for stale in fs.glob_in(options.data_dir, layout.staging_name(problem.name)):  # what a killed launcher left
         fs.rmtree(stale)
-    fs.makedirs(staging)
+    if fs.is_remote(staging):
+        fs.makedirs(staging)
+    else:  # made here, not found: nothing planted under its name is written through
+        scratch.fresh_dir(staging)
     start = time.monotonic()
     try:
         try:
