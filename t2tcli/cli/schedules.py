@@ -7,7 +7,7 @@ schedule maps to one of those or names the binary that does its work.
 
 from __future__ import annotations
 
-from t2tcli.errors import UserError
+from t2tcli.errors import UserError, did_you_mean
 
 # A training schedule -> the trainer's own schedule that does its work.
 TRAINER: dict[str, str] = {
@@ -46,6 +46,10 @@ def resolve(given: str | None, prog: str, eval_flags_given: bool) -> str:
     if given in REFUSED:
         raise UserError(f"--schedule={given} is not a t2t-trainer schedule here: {REFUSED[given]}")
     if given:
+        if given not in ALL:
+            raise UserError(
+                f"--schedule={given}: unknown{did_you_mean(given, ALL)} (one of {', '.join((*TRAINER, *EVALUATING))})"
+            )
         return given
     if prog == "t2t-trainer":
         return T2T_DEFAULT

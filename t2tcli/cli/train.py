@@ -21,14 +21,14 @@ flags.DEFINE_integer("save_checkpoints_steps", 1000, "Write a checkpoint every t
 flags.DEFINE_integer("save_checkpoints_secs", 0, "Write a checkpoint every this many seconds instead (0: by steps).")
 flags.DEFINE_integer("keep_checkpoint_max", 5, "Keep this many most recent checkpoints.")
 flags.DEFINE_integer("log_every_steps", 100, "Log step, loss, learning rate, steps/s and tokens/s this often.")
-flags.DEFINE_enum(
+flags.DEFINE_string(
     "schedule",
     None,
-    list(schedules.ALL),
-    "train; train_and_evaluate or continuous_train_and_eval (dev loss every --eval_every_steps); evaluate "
-    "(= t2t-eval: the latest checkpoint's metrics); continuous_eval (= t2t-eval --wait: each checkpoint as it "
-    "is written); test (1 step, 1 dev batch). Default: t2t-trainer continuous_train_and_eval, as tensor2tensor's; "
-    "t2t-train train, or train_and_evaluate when --eval_steps or --eval_every_steps is given.",
+    "tensor2tensor's schedules: train; train_and_evaluate or continuous_train_and_eval (dev loss every "
+    "--eval_every_steps); evaluate (= t2t-eval: the latest checkpoint's metrics); continuous_eval (= t2t-eval "
+    "--wait: each checkpoint as it is written); test (1 step, then 1 dev batch); T2T's others name the binary that "
+    "does their work. Default: t2t-trainer continuous_train_and_eval, as T2T's; t2t-train train, or "
+    "train_and_evaluate when --eval_steps or --eval_every_steps is given.",
 )
 flags.DEFINE_boolean(
     "generate_data", False, "Run t2t-datagen for --problem into --data_dir (raw files from --tmp_dir) first."
