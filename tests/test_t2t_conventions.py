@@ -10,7 +10,7 @@ from conftest import run_binary
 from test_faults import assert_fails_in_one_line
 
 from t2tcli import registry
-from t2tcli.cli import bleu_dir, scratch, schedules, t2t_decodes
+from t2tcli.cli import bleu_dir, schedules, scratch, t2t_decodes
 from t2tcli.errors import UserError
 
 
@@ -124,9 +124,10 @@ def test_bleu_translations_dir_writes_events_once_per_step(tmp_path):
     assert (events / bleu_dir.LAST_STEP_FILE).read_text() == "200\n"
     (decodes / "translation-300").write_text("the cat\na dog\n")
     again = run_binary("t2t-bleu", *args)
-    assert again.returncode == 0 and [line.split(": ")[0] for line in again.stdout.splitlines()] == [
-        str(decodes / "translation-300")
-    ] * 2, "only the new step, both variants"
+    assert (
+        again.returncode == 0
+        and [line.split(": ")[0] for line in again.stdout.splitlines()] == [str(decodes / "translation-300")] * 2
+    ), "only the new step, both variants"
     (decodes / "translation-400").write_text("one line\n")
     short = run_binary("t2t-bleu", *args)
     assert_fails_in_one_line(short, "translation-400: 1 translated lines but 2 reference lines")
