@@ -260,3 +260,79 @@ def test_avg_all_writes_under_model_dir_avg_by_default(toy_model, tmp_path):  # 
         "model.ckpt-200.index",
         "model.ckpt-400.index",
     ]
+
+
+# tensor2tensor's README walkthrough and oss_integration_test.sh, their flags as they are: only the
+# problem (whose data T2T downloads) and the hparams set are ones registered here, and the
+# training is cut to a few steps.
+T2T_WALKTHROUGH = r"""
+set -euo pipefail
+PROBLEM=translate_en_es
+MODEL=transformer
+HPARAMS=mtf_transformer_tiny
+
+DATA_DIR=$PWD/t2t_data
+TMP_DIR=$PWD/t2t_datagen
+TRAIN_DIR=$PWD/t2t_train/$PROBLEM/$MODEL-$HPARAMS
+
+mkdir -p $DATA_DIR $TMP_DIR $TRAIN_DIR
+
+t2t-datagen \
+  --data_dir=$DATA_DIR \
+  --tmp_dir=$TMP_DIR \
+  --problem=$PROBLEM
+
+t2t-trainer \
+  --data_dir=$DATA_DIR \
+  --problem=$PROBLEM \
+  --model=$MODEL \
+  --hparams_set=$HPARAMS \
+  --output_dir=$TRAIN_DIR \
+  --train_steps=20 --local_eval_frequency=10 --eval_steps=2
+
+DECODE_FILE=$DATA_DIR/decode_this.txt
+echo "Hello world" >> $DECODE_FILE
+echo "Goodbye world" >> $DECODE_FILE
+echo -e 'Hola mundo\nAdiós mundo' > ref-translation.es
+
+BEAM_SIZE=4
+ALPHA=0.6
+
+t2t-decoder \
+  --data_dir=$DATA_DIR \
+  --problem=$PROBLEM \
+  --model=$MODEL \
+  --hparams_set=$HPARAMS \
+  --output_dir=$TRAIN_DIR \
+  --decode_hparams="beam_size=$BEAM_SIZE,alpha=$ALPHA" \
+  --decode_from_file=$DECODE_FILE \
+  --decode_to_file=translation.es
+
+cat translation.es
+
+t2t-bleu --translation=translation.es --reference=ref-translation.es > bleu.txt
+
+t2t-decoder --problem=$PROBLEM --data_dir=$DATA_DIR --model=$MODEL --hparams_set=$HPARAMS --output_dir=$TRAIN_DIR \
+  --decode_hparams='num_samples=10'
+t2t-decoder --problem=$PROBLEM --data_dir=$DATA_DIR --model=$MODEL --hparams_set=$HPARAMS --output_dir=$TRAIN_DIR \
+  --decode_hparams="beam_size=$BEAM_SIZE,alpha=$ALPHA" --decode_from_file=$DECODE_FILE
+"""
+
+
+@pytest.mark.slow
+def test_the_t2t_walkthrough_runs_with_its_flags(tmp_path):
+    env = dict(
+        os.environ, PATH=os.pathsep.join([str(REPO / "bin"), os.path.dirname(sys.executable), os.environ["PATH"]])
+    )
+    done = subprocess.run(
+        ["bash", "-c", T2T_WALKTHROUGH], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "translate_en_es.csv is not in --tmp_dir" in done.stderr, "the scratch tmp_dir falls back, saying so"
+    dev_losses = re.findall(r"step (\d+)  dev loss", done.stderr)
+    assert dev_losses == ["10", "20"], "T2T's default schedule evaluates every --local_eval_frequency steps"
+    assert len((tmp_path / "translation.es").read_text().splitlines()) == 2
+    assert re.fullmatch(r"BLEU_uncased = +\d+\.\d\d\nBLEU_cased = +\d+\.\d\d\n", (tmp_path / "bleu.txt").read_text())
+    assert len(re.findall("Inference results OUTPUT: ", done.stderr)) == 10, "num_samples=10 of the dev split"
+    decodes = tmp_path / "t2t_data" / "decode_this.txt.transformer.mtf_transformer_tiny.translate_en_es.beam4.alpha0.6"
+    assert len(Path(f"{decodes}.decodes").read_text().splitlines()) == 2

@@ -19,6 +19,7 @@ ALIASES: dict[str, str] = {
     "t2t_usr_dir": "usr_dir",
     "problems": "problem",
     "local_eval_frequency": "eval_every_steps",
+    "warm_start_from": "init_checkpoint",
 }
 
 # tensor2tensor's --model values that name the model t2tcli trains.
