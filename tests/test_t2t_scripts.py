@@ -140,7 +140,13 @@ def test_t2t_decode_hparams(toy_model, tmp_path):  # noqa: F811
     assert [row[0::2] for row in rows[:2]] == texts, "each beam followed by its score"
     assert all(re.fullmatch(r"-\d+\.\d\d|-?0\.00", score) for row in rows for score in row[1::2]), "T2T's %.2f"
     # Three different hypotheses, not one thrice. Two can read the same: the toy model
-    # may emit padding ids, which the text leaves out (and so does the score).
+    # may emit padding ids, which the text leaves out (and so does the score, which
+    # t2t-decode writes to six digits rather than T2T's two).
+    precise = run_binary(
+        "t2t-decode", *base, "--decode_hparams=beam_size=3,return_beams=True,write_beam_scores=True,num_samples=2"
+    )
+    assert precise.returncode == 0, precise.stderr[-2000:]
+    rows = [line.split("\t") for line in out.read_text().splitlines()]
     assert all(len(set(zip(row[0::2], row[1::2], strict=True))) == 3 for row in rows), "three different hypotheses"
     refused = run_binary("t2t-eval", f"--model_dir={toy_model['model_dir']}", "--decode_hparams=return_beams=True")
     assert_fails_in_one_line(refused, "return_beams is t2t-decode's; t2t-eval scores the best decode")

@@ -36,8 +36,10 @@ REFUSED: dict[str, str] = {
     "continuous_decode_from_file": _DECODING,
 }
 ALL = (*TRAINER, *EVALUATING, *REFUSED)
-# tensor2tensor's default, which its trainer binary keeps.
+# tensor2tensor's defaults, which its trainer's name keeps.
+T2T_TRAINER = "t2t-trainer"
 T2T_DEFAULT = "continuous_train_and_eval"
+T2T_EVAL_STEPS = 100
 
 
 def resolve(given: str | None, prog: str, eval_flags_given: bool) -> str:
@@ -51,6 +53,6 @@ def resolve(given: str | None, prog: str, eval_flags_given: bool) -> str:
                 f"--schedule={given}: unknown{did_you_mean(given, ALL)} (one of {', '.join((*TRAINER, *EVALUATING))})"
             )
         return given
-    if prog == "t2t-trainer":
+    if prog == T2T_TRAINER:
         return T2T_DEFAULT
     return "train_and_evaluate" if eval_flags_given else "train"

@@ -34,7 +34,12 @@ flags.DEFINE_boolean(
     "generate_data", False, "Run t2t-datagen for --problem into --data_dir (raw files from --tmp_dir) first."
 )
 flags.DEFINE_integer("eval_every_steps", 0, "train_and_evaluate: evaluate this often (0: --save_checkpoints_steps).")
-flags.DEFINE_integer("eval_steps", 0, "Batches per dev evaluation (0: the whole dev split).")
+flags.DEFINE_integer(
+    "eval_steps",
+    0,
+    "Batches per dev evaluation, fewer when the split ends first (0: the whole dev split; t2t-trainer's default "
+    "is tensor2tensor's 100).",
+)
 flags.DEFINE_string(
     "init_checkpoint",
     "",
@@ -115,6 +120,8 @@ def main() -> None:
         common.prog_name(),
         eval_flags_given=bool(FLAGS["eval_steps"].present or FLAGS["eval_every_steps"].present),
     )
+    if common.prog_name() == schedules.T2T_TRAINER and not FLAGS["eval_steps"].present:
+        FLAGS.eval_steps = schedules.T2T_EVAL_STEPS
     if schedule in schedules.EVALUATING:
         FLAGS.wait = FLAGS.wait or schedule == "continuous_eval"
         eval_cli.main()
