@@ -5,7 +5,7 @@ from __future__ import annotations
 from absl import flags
 
 from t2tcli import registry
-from t2tcli.cli import common
+from t2tcli.cli import common, scratch
 from t2tcli.cli.flags import FLAGS, show_progress
 from t2tcli.errors import UserError
 from t2tcli.io import preflight
@@ -69,7 +69,7 @@ def main() -> None:
 
     options = datagen.Options(
         data_dir=FLAGS.data_dir,
-        tmp_dir=FLAGS.tmp_dir,
+        tmp_dir=scratch.raw_dir_for(problem, FLAGS.tmp_dir),
         overwrite=FLAGS.overwrite,
         tfds_data_dir=FLAGS.tfds_data_dir,
         num_train_shards=FLAGS.num_shards,
