@@ -42,7 +42,7 @@ def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     valid = (now - datetime.timedelta(hours=1), now + datetime.timedelta(days=1))
 
     def build(subject: str, public_key: Any, issuer: x509.Name, signer: Any, ca: bool) -> x509.Certificate:
@@ -74,9 +74,7 @@ def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
     paths = (directory / "ca.pem", directory / "server.pem", directory / "server.key")
     paths[0].write_bytes(ca_cert.public_bytes(pem))
     paths[1].write_bytes(cert.public_bytes(pem) + ca_cert.public_bytes(pem))
-    paths[2].write_bytes(
-        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+    paths[2].write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
     return paths
 
 
@@ -87,7 +85,7 @@ class Blob:
     updated: float
 
     def resource(self, bucket: str, name: str) -> dict[str, Any]:
-        stamp = datetime.datetime.fromtimestamp(self.updated, datetime.timezone.utc)
+        stamp = datetime.datetime.fromtimestamp(self.updated, datetime.UTC)
         return {
             "kind": "storage#object",
             "bucket": bucket,
