@@ -9,7 +9,7 @@ step it reached, then exits the same way; a second signal stops it at once.
 
 Python runs a signal handler only between bytecodes of the main thread, and a call into
 TensorFlow's file systems can stay in native code for minutes (its GCS client retries with
-backoff; a missing bucket once made it loop for good). A watcher thread therefore learns of
+backoff, and its makedirs asks for a missing bucket forever). A watcher thread therefore learns of
 every stop signal through the interpreter's wakeup file descriptor; when the main thread is
 inside such a remote call (`remote_call`), or a second signal finds the first still not
 handled, and the handler has not run after `FORCE_AFTER_SECONDS`, it writes the one line
