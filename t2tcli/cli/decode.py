@@ -88,7 +88,7 @@ def main() -> None:
         atomic.refuse_inputs(FLAGS.decode_to_file, [(source_flag, source)], "decode_to_file")
 
     model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams, FLAGS.trust_usr_dir)
-    decode_hp = decode_settings.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
+    decode_hp = decode_settings.parse_decode_hparams(FLAGS.decode_hparams, model.hparams, model.vocab.vocab_size)
     delimiter = text_files.unescape(decode_hp.delimiter)
 
     def records(lines: Iterator[str]) -> Iterator[str]:
@@ -105,6 +105,7 @@ def main() -> None:
         interactive=FLAGS.decode_interactive,
         beam_scores=decode_hp.write_beam_scores,
         delimiter=delimiter,
+        batch_multiple=decode_settings.batch_split(model.hparams),
     )
     job.max_chars = model.vocab.chars_for(max(job.inputs_length, job.targets_length))
     if text_files.rereadable(source) and not decode_hp.max_input_length:
@@ -117,17 +118,16 @@ def main() -> None:
         if FLAGS.score_file:
             job.targets_length = min(job.targets_length, decode_lines.bucket(longest_targets))
         logging.info("inputs padded to %d tokens (longest line: %d)", job.inputs_length, longest_inputs)
-    params = decode_settings.estimator_params(decode_hp)
     with checkpoints.reading(FLAGS.model_dir, FLAGS.checkpoint_path) as (step, checkpoint, readable):
         logging.info(
             "%s with checkpoint %s (step %d): %s",
             "scoring" if FLAGS.score_file else "decoding",
             checkpoint,
             step,
-            ", ".join(f"{k}={v}" for k, v in params.items()),
+            ", ".join(f"{k}={v}" for k, v in decode_hp.engine_fields().items()),
         )
         # Decoded text needs no scores; skipping them saves a teacher-forced pass per batch.
-        settings = {**params, "compute_scores": bool(FLAGS.score_file) or decode_hp.write_beam_scores}
+        settings = decode_hp.replace(compute_scores=bool(FLAGS.score_file) or decode_hp.write_beam_scores)
         predict = engines.predictor(model, settings, readable, scoring=bool(FLAGS.score_file))
         lines = records(text_files.read_lines(source, source_flag))
         with text_files.atomic_output(FLAGS.decode_to_file, "decode_to_file") as out, progress_bar(source) as bar:

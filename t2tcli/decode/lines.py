@@ -60,6 +60,7 @@ class LineJob:
     decode: Callable[[list[int]], str]
     inputs_length: int
     targets_length: int
+    # Rows per batch asked for; an input of fewer rows is decoded in a batch of its own size.
     batch_size: int
     format_input: Callable[[str], str] = text_files.unescape
     source_name: str = "input"
@@ -73,6 +74,9 @@ class LineJob:
     beam_scores: bool = False
     # What ends each output record: a newline, or tensor2tensor's decode hparam delimiter.
     delimiter: str = "\n"
+    # A batch smaller than batch_size is rounded up to a multiple of this: the ways a
+    # mesh splits the batch dimension.
+    batch_multiple: int = 1
 
     def tokens(self, text: str) -> list[int]:
         """The ids of `text`, tokenized no further than `max_chars` characters.
@@ -197,6 +201,7 @@ def run(
         job.inputs_length,
         job.targets_length if scoring else None,
         window_batches=1 if job.interactive else SORT_WINDOW_BATCHES,
+        batch_multiple=job.batch_multiple,
     )
 
     def first_batch() -> None:
@@ -204,9 +209,10 @@ def run(
 
     batcher.on_first_batch = first_batch
     done_before = 0
-    for position, prediction in enumerate(predict(batcher, batcher.shapes())):
-        if position % job.batch_size == 0:
-            rows = sum(r is not None for r in itertools.islice(batcher.plan, job.batch_size))
+    shapes = batcher.shapes()
+    for position, prediction in enumerate(predict(batcher, shapes)):
+        if position % batcher.batch_size == 0:
+            rows = sum(r is not None for r in itertools.islice(batcher.plan, batcher.batch_size))
             stats.count_batch(prediction, rows)
         row = batcher.plan.popleft()
         if row is None:
@@ -258,12 +264,14 @@ def records(lines: Iterable[str], delimiter: str = "\n", limit: int = -1) -> Ite
     return itertools.islice(lines, limit) if limit >= 0 else iter(lines)
 
 
-def _split_at(lines: Iterable[str], delimiter: str) -> Iterator[str]:
+def _split_at(lines: Iterable[str], delimiter: str, max_chars: int = text_files.DECODE_LINE_BYTES) -> Iterator[str]:
+    """Records ending at `delimiter`; one that never ends is kept to its first `max_chars`
+    characters as it is read, not held whole."""
     held = ""
     for line in lines:
         parts = (held + line + "\n").split(delimiter)
         for part in parts[:-1]:
             yield part.replace("\n", " ").strip()
-        held = parts[-1]
+        held = parts[-1][:max_chars]
     if held.strip():
         yield held.replace("\n", " ").strip()
