@@ -191,7 +191,7 @@ def test_a_gzip_that_inflates_past_its_bound_is_one_line(tmp_path, monkeypatch):
     # Within the bound, the long line is read in pieces and cut.
     fine = tmp_path / "fine.txt.gz"
     gzip_of_one_long_line(fine, 3)
-    (frame, lines), = source.read_file(str(fine), ReadOptions())
+    ((frame, lines),) = source.read_file(str(fine), ReadOptions())
     assert len(frame["text"][0]) == source.max_chars and lines.tolist() == [1]
 
 
