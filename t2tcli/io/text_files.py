@@ -10,6 +10,7 @@ no more memory than a file of short ones.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import stat
 import sys
@@ -103,21 +104,34 @@ def bounded_lines(stream: BinaryIO, max_bytes: int, read_bytes: int = READ_BYTES
     A stream that can hand over what it has (`read1`: stdin, a pipe) is not waited on
     for more, so a line typed is a line read."""
     read = getattr(stream, "read1", stream.read)
-    held = b""
-    cut = False
+    held: list[bytes] = []  # the start of the line that the next block continues
+    size = 0
+    cut = False  # the held line is past max_bytes: the rest of it is skipped
+
+    def line(raw: bytes) -> tuple[bytes, bool]:
+        return (whole_characters(raw[:max_bytes]), True) if len(raw) > max_bytes else (raw, False)
+
     while block := read(read_bytes):
-        parts = (held + block).split(b"\n") if held else block.split(b"\n")
-        held = parts.pop()
-        for part in parts:
-            if len(part) > max_bytes:
-                yield whole_characters(part[:max_bytes]), True
+        parts = block.split(b"\n")
+        tail = parts.pop()
+        if parts:
+            if cut:
+                yield whole_characters(held[0]), True
             else:
-                yield part, cut
-            cut = False
-        if len(held) > max_bytes:
-            held, cut = held[:max_bytes], True
-    if held or cut:
-        yield (whole_characters(held) if cut else held), cut
+                yield line(b"".join(held) + parts[0] if held else parts[0])
+            rest = parts[1:]
+            if rest and max(map(len, rest)) > max_bytes:
+                yield from map(line, rest)
+            else:
+                yield from zip(rest, itertools.repeat(False))
+            held, size, cut = [], 0, False
+        if tail and not cut:
+            held.append(tail)
+            size += len(tail)
+            if size > max_bytes:
+                held, cut = [b"".join(held)[:max_bytes]], True
+    if held:
+        yield (whole_characters(held[0]), True) if cut else line(b"".join(held))
 
 
 def whole_characters(raw: bytes) -> bytes:
