@@ -172,13 +172,13 @@ def gzip_of_one_line(path: Path, mebibytes: int) -> None:
 
 @pytest.fixture(scope="module")
 def datagen_bound(tmp_path_factory):
-    """The address-space limit of span_corruption datagen: a normal run's peak plus 512 MiB."""
+    """The address-space limit of span_corruption datagen: a normal run's peak plus 256 MiB."""
     tmp = tmp_path_factory.mktemp("datagen_bound")
     text = small_corpus(tmp / "text")
     args = ("--problem=span_corruption", f"--tmp_dir={text}", f"--data_dir={tmp / 'data'}")
     normal, peak = run_bounded(tmp, "t2t-datagen", *args)
     assert normal.returncode == 0 and peak > 0, normal.stderr[-2000:]
-    return peak + 512 * MIB
+    return peak + 256 * MIB
 
 
 def test_a_gzip_of_one_gibibyte_line_is_one_line_within_the_bound(datagen_bound, tmp_path):
@@ -199,9 +199,9 @@ def test_a_gzip_of_one_gibibyte_line_is_one_line_within_the_bound(datagen_bound,
 
 
 def test_a_long_line_in_a_gzip_is_cut_as_it_is_read_within_the_bound(datagen_bound, tmp_path):
-    """250 MiB of one line, under the inflation floor: read in pieces and cut to 100,000 characters."""
+    """120 MiB of one line, under the inflation floor: read in pieces and cut to 100,000 characters."""
     text = small_corpus(tmp_path / "text")
-    gzip_of_one_line(text / "long.txt.gz", 250)
+    gzip_of_one_line(text / "long.txt.gz", 120)
     proc, peak = run_bounded(
         tmp_path,
         "t2t-datagen",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import zlib
 from collections.abc import Iterator, Sequence
 from typing import IO
 
@@ -78,7 +79,7 @@ class TextSource(_FileSource):
                         documents += len(texts)
                         yield pd.DataFrame({"text": texts}, dtype=object), np.asarray(starts, dtype=np.int64)
                         texts, starts = [], []
-            except (gzip.BadGzipFile, EOFError) as exc:
+            except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
                 raise UserError(f"{path}: a damaged gzip file ({exc or 'cut short'})") from None
         if texts:
             documents += len(texts)
@@ -132,9 +133,4 @@ def _decompressed(path: str, raw: IO[bytes]) -> IO[bytes]:
     `text_files.BoundedInflation`'s bound on what it may inflate to."""
     if not path.endswith(".gz"):
         return raw
-    stream = gzip.GzipFile(fileobj=raw, mode="rb")
-    try:
-        stream.peek(1)
-    except (OSError, EOFError) as exc:
-        raise UserError(f"{path}: not a gzip file ({exc})") from None
-    return text_files.BoundedInflation(stream, path, fs.getsize(path))  # type: ignore[return-value]
+    return text_files.decompressed(path, raw)

@@ -10,12 +10,14 @@ no more memory than a file of short ones.
 from __future__ import annotations
 
 import contextlib
+import importlib
+import io
 import itertools
 import os
 import stat
 import sys
 from collections.abc import Iterator
-from typing import BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from t2tcli.errors import UserError
 from t2tcli.io import atomic, fs, preflight
@@ -147,30 +149,61 @@ def whole_characters(raw: bytes) -> bytes:
     return raw
 
 
-class BoundedInflation:
+class BoundedInflation(io.RawIOBase):
     """A decompressing stream that refuses, in one line naming the file, to give more
     than MAX_INFLATION times the compressed size (or INFLATION_FLOOR_BYTES): a small
     archive cannot stand for endless input."""
 
     def __init__(self, stream: BinaryIO, name: str, compressed_bytes: int) -> None:
+        super().__init__()
         self.stream = stream
         self.name = name
         self.limit = max(INFLATION_FLOOR_BYTES, MAX_INFLATION * compressed_bytes)
         self.given = 0
 
-    def read(self, n: int = -1) -> bytes:
-        want = self.limit + 1 - self.given if n is None or n < 0 else min(n, self.limit + 1 - self.given)
-        data = self.stream.read(max(want, 1))
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.stream.read(min(len(view), self.limit + 1 - self.given))
         self.given += len(data)
         if self.given > self.limit:
             raise UserError(
                 f"{self.name}: decompresses to more than {self.limit} bytes, over {MAX_INFLATION} times its "
                 "compressed size: refused as damaged or hostile (decompress it yourself if it is real)"
             )
-        return data
+        view[: len(data)] = data
+        return len(data)
 
     def close(self) -> None:
         self.stream.close()
+        super().close()
+
+
+# Compressed files read as their text, by name, each through BoundedInflation.
+_DECOMPRESSORS = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
+
+
+def compression(path: str) -> str | None:
+    """The module that decompresses `path` (by its suffix: .gz, .bz2, .xz), or None."""
+    return next((module for suffix, module in _DECOMPRESSORS.items() if path.endswith(suffix)), None)
+
+
+def decompressed(path: str, raw: BinaryIO) -> BinaryIO:
+    """`raw`, the bytes of `path`, decompressed as they are read when its suffix names a
+    compression, within BoundedInflation's bound; a file that is not what its name says
+    is a one-line error."""
+    module = compression(path)
+    if module is None:
+        return raw
+    opener = importlib.import_module(module)
+    stream = opener.open(raw, "rb")
+    try:
+        stream.peek(1)
+    except (OSError, EOFError, ValueError) as exc:
+        raise UserError(f"{path}: not a {module} file ({exc})") from None
+    return io.BufferedReader(BoundedInflation(stream, path, fs.getsize(path)), READ_BYTES)  # type: ignore[return-value]
 
 
 def rereadable(path: str) -> bool:
