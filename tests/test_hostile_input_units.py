@@ -245,3 +245,20 @@ def test_fast_settings_keep_every_engine_reading_one_type():
     assert ct2.unsupported_reason(hp, DecodeSettings(beam_size=4, alpha=0.6))
     assert ct2.unsupported_reason(hp, DecodeSettings(beam_size=4, alpha=0.0)) is None
     assert np.isfinite(DecodeSettings().alpha)
+
+
+def test_a_batch_that_could_not_fit_in_memory_is_one_line():
+    from t2tcli import hparams
+    from t2tcli.decode import memory_bound
+
+    hp = hparams.defaults()  # t5_small's shape: 6 decoder layers of 8 heads of 64
+    normal = DecodeSettings.of({"beam_size": 4}, hp)
+    need = memory_bound.cache_bytes(normal, hp, 64, 128)
+    assert need == 64 * 4 * (128 + 128) * 2 * 6 * 8 * 64 * 2
+    memory_bound.check(normal, hp, 64, 128, available=need)
+    with pytest.raises(UserError) as caught:
+        memory_bound.check(normal, hp, 64, 128, available=need - 1)
+    assert str(caught.value).startswith("--decode_hparams: a batch of 64 lines x beam_size=4, decoding 128 tokens")
+    # The rows there are count, not the batch size asked for.
+    memory_bound.check(normal.replace(batch_size=10**9), hp, 64, 128, available=need)
+    assert 0 < memory_bound.available_bytes()

@@ -244,3 +244,20 @@ def test_a_fifo_in_tmp_dir_is_refused_in_one_line(tmp_path):
     os.mkfifo(text / "f.txt")
     run = datagen(tmp_path, text, timeout=300)
     assert_fails_in_one_line(run.proc, f"{text / 'f.txt'}: a FIFO, not a regular file")
+
+
+def test_a_batch_past_the_memory_there_is_is_one_line(decode_bound, tmp_path):
+    """Each bound sane alone, their product not: 64 lines x 128 beams x 16,384 steps."""
+    model_dir, _, bounds = decode_bound
+    lines = tmp_path / "lines.txt"
+    lines.write_text("".join(f"a b {i % 10}\n" for i in range(64)))
+    run = run_bounded(
+        tmp_path,
+        "t2t-decode",
+        f"--model_dir={model_dir}",
+        f"--decode_from_file={lines}",
+        "--decode_hparams=beam_size=128,alpha=0.6,max_decode_length=16384,batch_size=64",
+        limit=bounds.limit,
+    )
+    assert_fails_in_one_line(run.proc, "--decode_hparams: a batch of 64 lines x beam_size=128", "MiB of attention")
+    bounds.hold(run)

@@ -75,7 +75,7 @@ def main() -> None:
         raise UserError("--decode_reference scores a decode written to a file: give --decode_to_file=FILE")
     if bool(FLAGS.decode_from_file) == bool(FLAGS.score_file):
         raise UserError("pass exactly one of --decode_from_file and --score_file")
-    from t2tcli.decode import engines
+    from t2tcli.decode import engines, memory_bound
     from t2tcli.decode import lines as decode_lines
     from t2tcli.decode import settings as decode_settings
     from t2tcli.io import atomic, preflight, text_files
@@ -118,6 +118,8 @@ def main() -> None:
         if FLAGS.score_file:
             job.targets_length = min(job.targets_length, decode_lines.bucket(longest_targets))
         logging.info("inputs padded to %d tokens (longest line: %d)", job.inputs_length, longest_inputs)
+    if not FLAGS.score_file:
+        job.check_batch = lambda rows: memory_bound.check(decode_hp, model.hparams, rows, job.inputs_length)
     with checkpoints.reading(FLAGS.model_dir, FLAGS.checkpoint_path) as (step, checkpoint, readable):
         logging.info(
             "%s with checkpoint %s (step %d): %s",

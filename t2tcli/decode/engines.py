@@ -22,7 +22,7 @@ from typing import Any
 from absl import logging
 
 from t2tcli.compat import tf
-from t2tcli.decode import batching, ct2, settings
+from t2tcli.decode import batching, ct2, memory_bound, settings
 from t2tcli.decode.tf_predict import estimator_for
 from t2tcli.model import checkpoints
 from t2tcli.model.loading import LoadedModel
@@ -162,6 +162,8 @@ class Decoder:
 
     def decode(self, checkpoint_path: str, inputs: list[list[int]]) -> list[list[int]]:
         rows = [batching.Row(i, ids) for i, ids in enumerate(inputs)]
+        batch = min(self.batch_size, max(1, len(rows)))
+        memory_bound.check(self.decode_settings, self.model.hparams, batch, self.inputs_length)
         predict = predictor(self.model, self.decode_settings, checkpoint_path)
         results = batching.predict_rows(
             rows, predict, self.batch_size, self.inputs_length, batch_multiple=self.batch_multiple

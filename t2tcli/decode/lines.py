@@ -77,6 +77,9 @@ class LineJob:
     # A batch smaller than batch_size is rounded up to a multiple of this: the ways a
     # mesh splits the batch dimension.
     batch_multiple: int = 1
+    # Called with the rows of a batch once they are known, before any is decoded: it
+    # refuses a batch that could not fit in memory (t2tcli.decode.memory_bound).
+    check_batch: Callable[[int], None] | None = None
 
     def tokens(self, text: str) -> list[int]:
         """The ids of `text`, tokenized no further than `max_chars` characters.
@@ -210,6 +213,8 @@ def run(
     batcher.on_first_batch = first_batch
     done_before = 0
     shapes = batcher.shapes()
+    if job.check_batch is not None:
+        job.check_batch(batcher.batch_size)
     for position, prediction in enumerate(predict(batcher, shapes)):
         if position % batcher.batch_size == 0:
             rows = sum(r is not None for r in itertools.islice(batcher.plan, batcher.batch_size))

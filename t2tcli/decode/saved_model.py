@@ -22,7 +22,7 @@ from absl import logging
 
 from t2tcli.compat import tf
 from t2tcli.data.vocab import EOS_ID
-from t2tcli.decode import fast, search
+from t2tcli.decode import fast, memory_bound, search
 from t2tcli.decode.settings import DecodeSettings
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
@@ -118,6 +118,7 @@ def export(
             f"--decode_hparams: batch_size={batch_size} is more than {MAX_BATCH_SIZE}, the most strings a "
             "SavedModel decodes at once (a request's last batch is padded to it)"
         )
+    memory_bound.check(decode, model.hparams, batch_size, int(model.hparams.inputs_length))
     if decode.engine == "mesh":
         raise UserError("a SavedModel decodes with the fast engine: drop engine=mesh from --decode_hparams")
     # Its RunConfig; building it validates the hparams (the decode settings were checked
