@@ -9,8 +9,10 @@ compressed input's ratio.
 
 Decode cases, on a tiny copy_sequence model (trained a step, or --model_dir): a 2-line
 input with batch_size=1000000000, max_decode_length=100000000, extra_length=1000000000,
-max_input_length=-7, a line of --long_line_mb MB in a file and one of --stdin_line_mb
-MB on stdin. Datagen cases, span_corruption over a small corpus in --tmp_dir: with a
+max_input_length=-7; 64 lines at beam_size=128 and max_decode_length=16384 (each bound
+sane alone, their product past the memory there is, when the machine has less than
+the caches need); a line of --long_line_mb MB in a file and one of --stdin_line_mb MB
+on stdin. Datagen cases, span_corruption over a small corpus in --tmp_dir: with a
 line of --long_line_mb MB, with a gzip file of a few hundred KB holding one line of
 --gzip_line_mb MB, and with a FIFO named f.txt.
 
@@ -24,6 +26,7 @@ import argparse
 import gzip
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -75,7 +78,8 @@ def run(binary: str, *args: str, stdin_bytes: tuple[bytes, int] | None = None, t
         proc.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
         lines = [line for line in err.read().decode("utf-8", "replace").splitlines() if line.strip()]
-    return {"rc": proc.returncode, "peak_mb": usage.ru_maxrss / 1024, "last": lines[-1][-150:] if lines else ""}
+    last = re.sub(r"^\d\d:\d\d:\d\d [IWE] ", "", lines[-1]) if lines else ""
+    return {"rc": proc.returncode, "peak_mb": usage.ru_maxrss / 1024, "last": last[:110]}
 
 
 def model_dir(base: Path) -> str:
@@ -138,13 +142,18 @@ def main() -> None:
                 for _ in range(args.long_line_mb):
                     f.write(b"a " * (1 << 19))
                 f.write(b"\nb c\n")
+            lines = base / "lines.txt"
+            lines.write_text("".join(f"a b {i % 10}\n" for i in range(64)))
             decode = ["--raw_inputs", f"--model_dir={model}"]
+            run("t2t-decode", *decode, f"--decode_from_file={two}")  # a first decode may convert the model
             for name, flags, extra in (
                 ("normal (2 lines)", "", {}),
+                ("normal (64 lines)", "", {"file": lines}),
                 ("batch_size=1000000000", "batch_size=1000000000", {}),
                 ("max_decode_length=100000000", "max_decode_length=100000000", {}),
                 ("extra_length=1000000000", "extra_length=1000000000", {}),
                 ("max_input_length=-7", "max_input_length=-7", {}),
+                ("64 lines, beam 128, length 16384", "beam_size=128,max_decode_length=16384", {"file": lines}),
                 (f"a {args.long_line_mb} MB line (file)", "", {"file": long_line}),
                 (f"a {args.stdin_line_mb} MB line (stdin)", "", {"stdin": args.stdin_line_mb}),
             ):
