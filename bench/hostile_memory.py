@@ -2,7 +2,7 @@
 """Peak memory of t2t-decode and t2t-datagen on hostile flags and inputs, beside a normal run.
 
 Each case runs the binary as a user would, in a process of its own, and prints its peak
-resident set (the kernel's ru_maxrss for that process), its exit status and the last
+resident set (its own VmHWM at exit), its exit status and the last
 line it wrote to stderr. What should hold: every hostile case ends in one line or
 succeeds, and its peak is that of the normal run, whatever the flag's value or the
 compressed input's ratio.
@@ -46,13 +46,28 @@ def cpu_kind() -> str:
     return platform.processor() or "unknown CPU"
 
 
+# Runs a binary and writes its own peak resident set (VmHWM, in KiB) to $PEAK_FILE at exit:
+# ru_maxrss would carry over the peak of the process that forked it.
+_LAUNCHER = """
+import atexit, os, runpy, sys
+def report():
+    line = next(l for l in open("/proc/self/status") if l.startswith("VmHWM"))
+    open(os.environ["PEAK_FILE"], "w").write(line.split()[1])
+atexit.register(report)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 def run(binary: str, *args: str, stdin_bytes: tuple[bytes, int] | None = None, timeout: float = 900) -> dict:
     """Runs bin/<binary>; {"rc", "peak_mb", "last"}. `stdin_bytes` = (block, times) is
     written to its stdin, then a newline."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3")
+    peak_file = tempfile.NamedTemporaryFile(delete=False)
+    peak_file.close()
+    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3", PEAK_FILE=peak_file.name)
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
-            [sys.executable, str(REPO / "bin" / binary), *args],
+            [sys.executable, "-c", _LAUNCHER, str(REPO / "bin" / binary), *args],
             stdin=subprocess.PIPE if stdin_bytes else subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=err,
@@ -73,13 +88,15 @@ def run(binary: str, *args: str, stdin_bytes: tuple[bytes, int] | None = None, t
             threading.Thread(target=feed, daemon=True).start()
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
-        _, status, usage = os.wait4(proc.pid, 0)
+        _, status, _ = os.wait4(proc.pid, 0)
         timer.cancel()
         proc.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
         lines = [line for line in err.read().decode("utf-8", "replace").splitlines() if line.strip()]
     last = re.sub(r"^\d\d:\d\d:\d\d [IWE] ", "", lines[-1]) if lines else ""
-    return {"rc": proc.returncode, "peak_mb": usage.ru_maxrss / 1024, "last": last[:110]}
+    peak = Path(peak_file.name).read_text().strip()
+    os.unlink(peak_file.name)
+    return {"rc": proc.returncode, "peak_mb": int(peak or 0) / 1024, "last": last[:110]}
 
 
 def model_dir(base: Path) -> str:
@@ -110,6 +127,14 @@ def corpus(directory: Path) -> None:
     (directory / "plain.txt").write_text("\n".join(lines) + "\n")
 
 
+def long_line(path: Path, megabytes: int, after: bytes = b"\n") -> None:
+    """One line of `megabytes` MB, written a MB at a time (this process stays small)."""
+    with open(path, "wb") as f:
+        for _ in range(megabytes):
+            f.write(b"a " * (1 << 19))
+        f.write(after)
+
+
 def one_line_gzip(path: Path, mebibytes: int) -> None:
     member = gzip.compress(b"a" * (1 << 20), compresslevel=9)
     with open(path, "wb") as f:
@@ -130,18 +155,15 @@ def main() -> None:
     parser.add_argument("--gzip_line_mb", type=int, default=1024)
     parser.add_argument("--skip", default="", help="comma-separated: decode, datagen")
     args = parser.parse_args()
-    print(f"CPU: {cpu_kind()}; {os.cpu_count()} cores; peak = the process's ru_maxrss", flush=True)
+    print(f"CPU: {cpu_kind()}; {os.cpu_count()} cores; peak = the process's own VmHWM", flush=True)
     with tempfile.TemporaryDirectory(prefix="hostile-memory.") as tmp:
         base = Path(tmp)
         if "decode" not in args.skip:
             model = args.model_dir or model_dir(base / "toy")
             two = base / "two.txt"
             two.write_text("a b c\nd e\n")
-            long_line = base / "long.txt"
-            with open(long_line, "wb") as f:
-                for _ in range(args.long_line_mb):
-                    f.write(b"a " * (1 << 19))
-                f.write(b"\nb c\n")
+            long_file = base / "long.txt"
+            long_line(long_file, args.long_line_mb, b"\nb c\n")
             lines = base / "lines.txt"
             lines.write_text("".join(f"a b {i % 10}\n" for i in range(64)))
             decode = ["--raw_inputs", f"--model_dir={model}"]
@@ -154,7 +176,7 @@ def main() -> None:
                 ("extra_length=1000000000", "extra_length=1000000000", {}),
                 ("max_input_length=-7", "max_input_length=-7", {}),
                 ("64 lines, beam 128, length 16384", "beam_size=128,max_decode_length=16384", {"file": lines}),
-                (f"a {args.long_line_mb} MB line (file)", "", {"file": long_line}),
+                (f"a {args.long_line_mb} MB line (file)", "", {"file": long_file}),
                 (f"a {args.stdin_line_mb} MB line (stdin)", "", {"stdin": args.stdin_line_mb}),
             ):
                 source = str(extra.get("file", two)) if "stdin" not in extra else "-"
@@ -165,9 +187,7 @@ def main() -> None:
         if "datagen" not in args.skip:
             cases = {
                 "normal (400 lines)": lambda d: None,
-                f"a {args.long_line_mb} MB line": lambda d: (d / "long.txt").write_bytes(
-                    b"a " * (args.long_line_mb << 19) + b"\n"
-                ),
+                f"a {args.long_line_mb} MB line": lambda d: long_line(d / "long.txt", args.long_line_mb),
                 f"{args.gzip_line_mb} MB line in a gzip": lambda d: one_line_gzip(d / "bomb.txt.gz", args.gzip_line_mb),
                 "a FIFO f.txt": lambda d: os.mkfifo(d / "f.txt"),
             }

@@ -25,12 +25,14 @@ from test_faults import assert_fails_in_one_line
 from toy_model import toy_model  # noqa: F401  (session fixture)
 
 MIB = 1 << 20
-# Reports the process's peak address space to the file named by $VM_PEAK_FILE at exit.
+# Reports the process's peak address space and resident set (VmPeak, VmHWM: its own,
+# not the forking parent's, which ru_maxrss would carry over) to $VM_PEAK_FILE at exit.
 _LAUNCHER = """
 import atexit, os, runpy, sys
 def report():
+    status = dict(line.split(":", 1) for line in open("/proc/self/status"))
     with open(os.environ["VM_PEAK_FILE"], "w") as f:
-        f.write(next(l for l in open("/proc/self/status") if l.startswith("VmPeak")).split()[1])
+        f.write(status["VmPeak"].split()[0] + " " + status["VmHWM"].split()[0])
 atexit.register(report)
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
@@ -95,7 +97,7 @@ def run_bounded(
         threading.Thread(target=feed, daemon=True).start()
     timer = threading.Timer(timeout, proc.kill)
     timer.start()
-    _, status, usage = os.wait4(proc.pid, 0)
+    _, status, _ = os.wait4(proc.pid, 0)
     timed_out = not timer.is_alive()
     timer.cancel()
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -104,8 +106,8 @@ def run_bounded(
     )
     if timed_out:
         pytest.fail(f"{binary} {' '.join(args)} ran past {timeout} s:\n{completed.stderr[-2000:]}")
-    vm_peak = int(peak_file.read_text()) * 1024 if peak_file.exists() else 0
-    return Bounded(completed, vm_peak, usage.ru_maxrss * 1024)
+    vm_peak, rss_peak = (int(kib) * 1024 for kib in peak_file.read_text().split()) if peak_file.exists() else (0, 0)
+    return Bounded(completed, vm_peak, rss_peak)
 
 
 @dataclasses.dataclass
