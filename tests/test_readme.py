@@ -178,3 +178,20 @@ def test_every_guide_is_linked_from_the_readme():
     guides = {_name(path) for path in DOCUMENTS[1:]}
     assert guides, "docs/ has no guides"
     assert not guides - linked, f"guides the README does not link: {sorted(guides - linked)}"
+
+
+def test_every_python_block_is_valid_python():
+    """Python blocks are not run (they define problems or need a served model), but they must parse."""
+    for path in DOCUMENTS:
+        text = path.read_text(encoding="utf-8")
+        for match in FENCE.finditer(text):
+            if match.group(1) == "python":
+                line = text.count("\n", 0, match.start()) + 1
+                compile(match.group(3), f"{_name(path)}:{line}", "exec")
+
+
+def test_the_readme_mixture_is_the_shipped_one():
+    quora = (REPO / "problems" / "quora.py").read_text(encoding="utf-8")
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    blocks = [code for lang, _, code in FENCE.findall(readme) if lang == "python" and '"qp_all"' in code]
+    assert len(blocks) == 1 and blocks[0].strip() in quora
