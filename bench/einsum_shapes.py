@@ -16,6 +16,7 @@ together against one after the other.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -23,7 +24,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-from attention_layout import einsum_flops  # noqa: E402
+
+def einsum_flops(equation: str, a: list[int], b: list[int]) -> float:
+    """Multiply-adds of a two-operand einsum, counted twice: every label's size, multiplied."""
+    operands = equation.split("->")[0].split(",")
+    size: dict[str, int] = {}
+    for letters, shape in zip(operands, (a, b), strict=True):
+        size.update(zip(letters, shape, strict=True))
+    return 2.0 * math.prod(size.values())
 
 
 def step_products(batch: int, length: int, dims: dict) -> list[tuple[str, str, list[int], list[int], int]]:

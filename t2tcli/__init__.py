@@ -23,7 +23,7 @@ imports only the layers below it (tests/test_layout.py holds the rule):
                tensor2tensor's binary names and flag names (t2t_names) beside ours
 
 `t2tcli.problem`, `t2tcli.sources`, `t2tcli.text` and `t2tcli.registry` are the names a
-user's Problem imports; they stay where the README shows them.
+user's Problem imports; they stay where README.md and docs/your-own-data.md show them.
 """
 
 __version__ = "0.1.0"

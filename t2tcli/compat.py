@@ -39,9 +39,8 @@ VERBOSE = _verbosity_requested(sys.argv)
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 
 # TensorFlow 2.15 turns its oneDNN kernels on by itself only on x86 CPUs with AVX512-VNNI,
-# AVX512-BF16 or AMX; elsewhere its einsums run on Eigen. On a 2-core AVX2-only CPU
-# (AMD EPYC, CPU family 25) a float32 training step at t5_small's shape took 6.6-7.1 s
-# with oneDNN and 9.6-10.3 s without (BENCHMARKS.md, "train ... on a real AVX2-only CPU"), so
+# AVX512-BF16 or AMX; elsewhere its einsums run on Eigen, whose float32 training steps on
+# AVX2-only CPUs are markedly slower than oneDNN's (docs/performance-design.md), so
 # every binary asks for it; TF_ENABLE_ONEDNN_OPTS=0 in the environment still wins.
 if X86:
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")

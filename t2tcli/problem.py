@@ -1,4 +1,4 @@
-"""The public names a user's Problem imports (the README's `from t2tcli.problem import ...`).
+"""The public names a user's Problem imports (`from t2tcli.problem import ...`, as docs/your-own-data.md shows).
 
 They are defined in `t2tcli.data.problem`; this module keeps the import path users write
 stable while the library's own layout may change.

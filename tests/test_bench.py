@@ -1,15 +1,18 @@
-"""The benchmarks' own code: what they import from t2tcli still exists, and the trace
-reading behind `bench/train.py --profile` splits a step's time as it says."""
+"""The benchmarks' own code: what they import from t2tcli still exists, the trace
+reading behind `bench/train.py --profile` splits a step's time as it says, and the results
+kept per CPU kind render to BENCHMARKS.md."""
 
 import importlib
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "bench"
 sys.path.insert(0, str(BENCH))
 
 import step_trace  # noqa: E402
@@ -143,3 +146,73 @@ def test_the_products_measured_one_at_a_time_are_the_steps_flops(dims):
     total = sum(einsum_shapes.einsum_flops(eq, left, right) * n for _, eq, left, right, n in products)
     assert total == pytest.approx(train.model_flops_per_step(shape, 16, 128, 128), rel=1e-12)
     assert einsum_shapes.einsum_flops("abc,cd->abd", [2, 3, 4], [4, 5]) == 2 * 2 * 3 * 4 * 5
+
+
+TRAIN_LOG = """\
+Model: t5_small {'d_model': 512}; batch 16, inputs/targets length 128/128 (4096 tokens/step), Adafactor
+system                               step s   tokens/s     MFU   (best of 1 runs each, in turns)
+t2tcli default (auto: float32)        6.200        661   78.5%
+t2tcli (mesh-tf) bfloat16             6.439        700  103.8%
+HF transformers T5 float32            9.746        420   50.0%
+HF transformers T5 bf16 autocast    347.448         12    1.9%   (over 1 step: --step_budget)
+
+t2tcli default / HF T5 best tokens/s: 1.57x
+t2tcli best / HF T5 best tokens/s: 1.67x
+"""
+DECODE_LOG = """\
+data                     tokens in  search  system                              sent/s       range    tok/s
+9 random words                25.4  greedy  t2t-decode fast (TF)                  19.8   17.4-20.5
+9 random words                25.4  greedy  HF generate float32                   12.2   10.5-13.3
+9 random words                25.4  greedy  CTranslate2 float32                   21.6   19.3-22.5
+9 random words, greedy: t2t-decode default / CTranslate2 float32: 1.10x
+9 random words, greedy: t2t-decode fast (TF) / HF generate: 1.63x
+9 random words, greedy: t2t-decode ctranslate2 int8, its own share of its decode time: 0.1%-0.2%
+"""
+
+
+def test_a_run_s_logs_become_rows_naming_ours_and_the_peer():
+    import report
+
+    train = report.parse_train(TRAIN_LOG)
+    assert [(r["ours"], r["ours_figure"], r["peer"], r["peer_figure"], r["ratio"]) for r in train] == [
+        ("t2tcli default (auto: float32)", "661 tokens/s", "HF transformers T5 float32", "420 tokens/s", 1.57),
+        ("t2tcli (mesh-tf) bfloat16", "700 tokens/s", "HF transformers T5 float32", "420 tokens/s", 1.67),
+    ]
+    decode = report.parse_decode(DECODE_LOG)
+    assert [(r["case"], r["ours"], r["peer"], r["peer_figure"], r["ratio"]) for r in decode] == [
+        ("9 random words, greedy", "t2t-decode default", "CTranslate2 float32", "21.6 sent/s", 1.10),
+        ("9 random words, greedy", "t2t-decode fast (TF)", "HF generate", "12.2 sent/s", 1.63),
+    ]
+    assert decode[1]["ours_figure"] == "19.8 sent/s"
+
+
+def test_a_run_replaces_only_its_own_kind_and_benchmarks(tmp_path):
+    import report
+
+    report.record("AVX2", "an AVX2 box", "bench/run", {"train": TRAIN_LOG}, tmp_path, "2000-01-01")
+    report.record("AMX", "an AMX box", "bench/run", {"decode": DECODE_LOG}, tmp_path, "2000-01-02")
+    report.record("AVX2", "an AVX2 box", "bench/run --x", {"decode": DECODE_LOG, "datagen": "no rows"}, tmp_path, "d3")
+    avx2 = json.loads((tmp_path / "avx2-only.json").read_text())
+    assert set(avx2["benchmarks"]) == {"train", "decode"}  # a log without rows keeps nothing and drops nothing
+    assert avx2["benchmarks"]["train"]["measured"] == "2000-01-01"
+    assert avx2["benchmarks"]["decode"]["command"] == "bench/run --x"
+    assert json.loads((tmp_path / "amx.json").read_text())["benchmarks"]["decode"]["measured"] == "2000-01-02"
+
+
+def test_benchmarks_md_is_rendered_from_the_committed_results():
+    """Every row names its CPU kind and peer; BENCHMARKS.md is what the results render to."""
+    import report
+
+    kinds = [json.loads(p.read_text()) for p in sorted(report.RESULTS.glob("*.json"))]
+    assert {k["cpu_kind"] for k in kinds} >= {"AVX2", "AVX512-BF16", "AMX"}
+    text = report.render(kinds)
+    assert (REPO / "BENCHMARKS.md").read_text() == text, "re-render: python bench/report.py render"
+    assert len(text.splitlines()) <= 300
+    rows = [line for line in text.splitlines() if re.match(r"\| (AVX2-only|AVX512-BF16|AMX) \|", line)]
+    assert len(rows) > 20
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert all(cells[:5]) and re.fullmatch(r"[\d.]+(-[\d.]+)?x", cells[4]), line
+    for kind in kinds:
+        for bench in kind["benchmarks"].values():
+            assert bench["measured"] and bench["command"] and bench["rows"]

@@ -1,5 +1,5 @@
 """Several machines, proven on loopback: a TF_CONFIG cluster (chief, worker, parameter server)
-trains one model, as the README says to run it: the same command everywhere, only the task
+trains one model, as docs/training.md says to run it: the same command everywhere, only the task
 changing."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from conftest import REPO
 PACKAGE = REPO / "t2tcli"
 # Lowest first. A module may import its own layer and those before it.
 LAYERS = ["core", "io", "data", "model", "interop", "train", "decode", "evaluate", "cli"]
-# Top-level modules: the core, and the public names a user's Problem imports (the README's paths).
+# Top-level modules: the core, and the public names a user's Problem imports (the paths README.md and docs/ show).
 # The registry imports user code from any file system, so it sits on the file layer.
 # tensor2tensor's API for user dirs (t2t_compat) builds Problems, so it sits on the data layer.
 TOP_LEVEL = {"problem": "data", "sources": "data", "text": "data", "registry": "io", "t2t_compat": "data"}

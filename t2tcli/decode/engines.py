@@ -64,8 +64,8 @@ def predictor(
 
 
 # Batches a plain-session predictor keeps running at once. Small decoding steps leave
-# cores idle (on 2 cores one batch ran ~1.5x slower than two side by side), and the
-# next batch computes while this one's rows are written.
+# cores idle, so a second batch fills them, and it computes while this one's rows are
+# written.
 BATCHES_IN_FLIGHT = 2
 
 

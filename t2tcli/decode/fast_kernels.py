@@ -56,7 +56,7 @@ def dense(x: tf.Tensor, kernel: tf.Tensor, transpose: bool = False) -> tf.Tensor
     """x [..., d] @ kernel [d, n] (kernel [n, d] with `transpose`) for 2-D or 3-D x.
 
     A 3-D x is flattened to one 2-D MatMul rather than an Einsum: TensorFlow's
-    bfloat16 Einsum runs 10-20x slower than its MatMul on CPUs without native
+    bfloat16 Einsum runs far slower than its MatMul on CPUs without native
     bfloat16 (t2tcli.model.dtype_policy).
     """
     if x.shape.rank == 2:

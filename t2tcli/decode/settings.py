@@ -279,13 +279,12 @@ def choose(model: LoadedModel, decode: DecodeSettings | Mapping[str, Any], scori
 
     auto takes CTranslate2 on a CPU when it is installed and gives what the TF engines
     give (greedy decoding, sampling, scoring in float32; its beam search may end a
-    hypothesis differently from T5's, so beam search stays on TensorFlow, which ran beam
-    4 at 0.95-1.08x CTranslate2's float32 beam search on a 2-core AVX2-only CPU, each
-    bound by its GEMMs there, TensorFlow's then on Eigen), the fast engine on one
-    device otherwise, and mesh-tensorflow's on meshes. Where the activation dtype
-    resolves to bfloat16 (a CPU that runs it natively), the fast engine stays: in bfloat16 it decoded t5_small about
-    twice as fast as CTranslate2 float32 on a 2-core AVX512-BF16 CPU (bench/decode.py),
-    and CTranslate2's float32 would not give its answers.
+    hypothesis differently from T5's, so beam search stays on TensorFlow, which keeps
+    pace with CTranslate2's float32 beam search where both are bound by their GEMMs), the
+    fast engine on one device otherwise, and mesh-tensorflow's on meshes. Where the
+    activation dtype resolves to bfloat16 (a CPU that runs it natively), the fast engine
+    stays: in bfloat16 it decodes faster than CTranslate2 float32 (BENCHMARKS.md), and
+    CTranslate2's float32 would not give its answers.
     """
     from t2tcli.model import mesh as meshlib
 

@@ -4,8 +4,8 @@ mesh-tensorflow keeps q, k and v in the order the projections leave them, [batch
 heads, d_kv], and its attention einsums in that order too. TensorFlow runs such an einsum
 as a batched matmul over (batch, heads): it transposes the operands into that order first
 and the result back after, in each of the six einsums of a layer (the logits, the weights
-times the values, and their gradients). At T5's shapes, on CPUs, those einsums ran at 8-27%
-of the machine's matmul peak. Put in head-major order once, before the logits, q, k and v
+times the values, and their gradients), so at T5's shapes, on CPUs, those einsums ran far
+below the machine's matmul peak. Put in head-major order once, before the logits, q, k and v
 cost one transpose each way, and every attention einsum is a plain batched matmul. The
 values are mesh-tensorflow's: only the order of dimensions in memory changes (float32
 logits, biases and dropout as before). In that order the memory length is the logits'

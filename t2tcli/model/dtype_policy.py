@@ -5,17 +5,13 @@ natively and float32 everywhere else; variables stay float32 either way, so a mo
 trained on one machine runs at full speed on another. Every binary that builds the
 model asks `resolve()`; nothing else looks at the hardware.
 
-Why not bfloat16 everywhere: measured on a 2-core AVX2-only CPU (no AVX-512, no AMX),
-a bfloat16 training step of the demo's model took 12x as long as float32 (on TensorFlow's
-Eigen kernels, before `t2tcli.compat` turned oneDNN on for such CPUs). TensorFlow's
-bfloat16 MatMul and BatchMatMul convert to float32 and are as fast as float32 there,
-but its bfloat16 Einsum (every mesh-tensorflow matmul is one) runs a scalar
-bfloat16 contraction, 10-20x slower than float32 (the one-hot embedding einsums at
-vocabulary 8,000 took 1.6-2.1 s each against 0.08-0.17 s). `t2tcli.model.mesh` therefore
-computes bfloat16 einsums in float32 on such CPUs (`emulated_einsum`), rounding the
-result back as a native kernel would; what is left is the element-wise work, which
-bfloat16 does not speed up without native support, so float32 remains the faster
-choice there (see BF16_SLOWDOWN_WITHOUT_NATIVE).
+Why not bfloat16 everywhere: on a CPU without native bfloat16, TensorFlow's bfloat16
+MatMul and BatchMatMul convert to float32 and are as fast as float32, but its bfloat16
+Einsum (every mesh-tensorflow matmul is one) runs a scalar contraction, an order of
+magnitude slower. `t2tcli.model.mesh` therefore computes bfloat16 einsums in float32 on
+such CPUs (`emulated_einsum`), rounding the result back as a native kernel would; what is
+left is the element-wise work, which bfloat16 does not speed up without native support,
+so float32 remains the faster choice there (docs/performance-design.md).
 
 Native means: a TPU; a GPU of compute capability 8.0 or more; an x86 CPU with AMX or
 AVX512-BF16 that oneDNN may use (`ONEDNN_MAX_CPU_ISA` below AVX512_CORE_BF16, or
@@ -33,11 +29,6 @@ from absl import logging
 from t2tcli.errors import UserError
 
 ACTIVATION_DTYPES = ("auto", "bfloat16", "float32")
-# A bfloat16 training step against a float32 one on a 2-core AVX2-only CPU, bfloat16
-# einsums already emulated: bench/train.py's rows, 1.69 s against 1.50 s (1.13x) on
-# 2026-11-23, 1.3x on the demo's model in an earlier run (the VM's speed drifts 10-20%);
-# at t5_small's shape with oneDNN on, 7.21 s against 6.66-7.08 s (1.02-1.08x, 2026-11-26).
-BF16_SLOWDOWN_WITHOUT_NATIVE = "1.02-1.3x"
 # oneDNN's ISA names (ONEDNN_MAX_CPU_ISA) from which bfloat16 dot products are native.
 _NATIVE_BF16_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX10_", "ALL")
 _NATIVE_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
@@ -146,9 +137,8 @@ def choose(requested: str, machine: Machine) -> Choice:
     warning = None
     if requested == "bfloat16" and not native:
         warning = (
-            f"activation_dtype=bfloat16 on this {why}: bfloat16 is emulated here, and training steps were "
-            f"measured {BF16_SLOWDOWN_WITHOUT_NATIVE} slower than float32 on such CPUs; "
-            "activation_dtype=auto picks the faster one"
+            f"activation_dtype=bfloat16 on this {why}: bfloat16 is emulated here, so training steps run "
+            "slower than float32 on such CPUs (BENCHMARKS.md); activation_dtype=auto picks the faster one"
         )
     return Choice(requested, f"activation_dtype={requested} (set explicitly)", warning)
 
@@ -174,7 +164,7 @@ def resolve(requested: str, use_tpu: bool = False, machine: Machine | None = Non
 
 def emulated_einsum(machine: Machine) -> bool:
     """Whether bfloat16 einsums should run in float32: on CPUs without native bfloat16,
-    where TensorFlow's bfloat16 Einsum kernel is 10-20x slower than float32."""
+    where TensorFlow's bfloat16 Einsum kernel is far slower than float32's."""
     return machine.device == "cpu" and not native_bfloat16(machine)[0]
 
 
@@ -196,17 +186,12 @@ def beam_attention_on_onednn(machine: Machine) -> bool:
     encoder-decoder attention: an input's beams against its encoder keys) runs on oneDNN's
     batch matmul and softmax rather than Eigen's.
 
-    Where oneDNN runs AVX-512: there its batch matmul took 4.8 ms against Eigen's 9.1 ms
-    per step for t5_small's six layers at 64 inputs x 4 beams over 62 input positions, and
-    a whole beam 4 decode of 256 translation sentences ran 7-10% faster in float32 and
-    4-7% in bfloat16, with the same outputs (2-core AVX512-BF16 AMD EPYC). Single queries
-    (greedy decoding, every self-attention step) stay on Eigen everywhere: Eigen took 3.6
-    against oneDNN's 4.7 ms for them on that CPU, and was faster for them held back to
-    AVX2 too. Held back to AVX2, oneDNN's gain for a beam step was within the machine's
-    noise (1-4% of a decode), and so it was on a real 2-core AVX2-only AMD EPYC with
-    oneDNN on (a t5_small beam 4 decode of 128 random lines: a median 15.4 s against
-    15.75 s, 4 runs each, bench/decode_layout.py --variants=attention), so AVX2-class CPUs
-    keep Eigen.
+    Where oneDNN runs AVX-512: there its batch matmul beats Eigen's for several queries
+    per product, and whole beam decodes run faster with the same outputs. Single queries
+    (greedy decoding, every self-attention step) stay on Eigen everywhere, which is faster
+    for them. Where oneDNN runs AVX2-class kernels its gain for a beam step is within the
+    noise, so those CPUs keep Eigen (`bench/decode_layout.py --variants=attention`
+    measures both).
     """
     return onednn_avx512(machine)
 
@@ -218,16 +203,11 @@ def transposed_kernels(machine: Machine) -> bool:
     Where oneDNN runs AVX2-class kernels: on an AVX2-only CPU, and on a CPU with AVX-512
     held back by ONEDNN_MAX_CPU_ISA. There oneDNN's float32 GEMM is slow on an [in, out]
     kernel whose rows are a multiple of 512 floats long (T5's 512-, 1,536-, 2,048- and
-    3,072-wide projections): at a beam search step's 256 rows, [256 x 512] x [512 x 2048]
-    ran at 100 GFLOPS as held and 184 transposed (2-core AVX512-BF16 AMD EPYC held to
-    AVX2), 78 and 136 (2-core AVX2-only AMD EPYC, CPU family 25); on the latter a t5_small
-    beam 4 decode of 128 random lines took a median 15.2 s transposed against 16.1 s as
-    held, same outputs, and greedy decoding was even. oneDNN's AVX-512 GEMM prefers the
-    kernels as held (200 against 153 GFLOPS; its bfloat16 one is even), and so does
-    Eigen's (TF_ENABLE_ONEDNN_OPTS=0; 66-73 GFLOPS as held against 45-48 transposed on
-    the AVX2-only CPU, where greedy decoding went 13 -> 22-24 sentences/s untransposed).
-    Every GEMM where oneDNN runs AVX2 is float32 (bfloat16 ones run in float32 too,
-    t2tcli.decode.fast_kernels.matmul), so the activation dtype need not be asked.
+    3,072-wide projections) and fast on the same kernel transposed, so beam decodes run
+    faster transposed, with the same outputs. oneDNN's AVX-512 GEMM and Eigen's
+    (TF_ENABLE_ONEDNN_OPTS=0) prefer the kernels as held. Every GEMM where oneDNN runs AVX2
+    is float32 (bfloat16 ones run in float32 too, t2tcli.decode.fast_kernels.matmul), so
+    the activation dtype need not be asked (`bench/decode_layout.py` measures each choice).
     """
     onednn_cpu = machine.device == "cpu" and machine.onednn_enabled and "avx2" in machine.cpu_flags
     return onednn_cpu and not onednn_avx512(machine)
@@ -242,18 +222,13 @@ def ffn_padding(machine: Machine, d_ff: int) -> int:
     kernels' outputs and its output kernel's inputs): the FFN computes the same values,
     as the added units are zero in and out.
 
-    On an AVX2-only CPU both of TensorFlow's float32 GEMMs slow down on a kernel whose
-    rows are a multiple of 2,048 floats (8 KiB) long, T5's d_ff of 2,048 among them. With
-    TF_ENABLE_ONEDNN_OPTS=0 (Eigen), at a beam search step's 256 rows, t5_small's two FFN
-    products took 9.6 ms as held and 8.0 ms with 16 zero columns more (medians of 7, 2-core
-    AVX2-only AMD EPYC); a t5_small beam 4 batch went 8.5 -> 7.3-7.5 s and a greedy one
-    3.1 -> 2.9 s, same outputs. With oneDNN (the default, which keeps the kernels
-    transposed there: transposed_kernels), [256 x 2048] x [2048 x 512] against the
-    kernel held [512 x 2048] ran at 137 GFLOPS, and at 157 with 16 zero columns more (97
-    and 105 at greedy's 64 rows); the beam 4 decode in transposed_kernels was even with
-    and without them. Widths that are no multiple of 2,048 (3,072, 2,816, 1,024) did not
-    gain. A CPU with AVX-512 held back to AVX2 transposes its kernels and keeps the
-    width; AVX-512's and bfloat16's GEMMs were not seen to slow down so.
+    On an AVX2-only CPU both of TensorFlow's float32 GEMMs (Eigen's and oneDNN's) slow
+    down on a kernel whose rows are a multiple of 2,048 floats (8 KiB) long, T5's d_ff of
+    2,048 among them (a power-of-two row stride); a few zero units more break that stride
+    at no cost to the values. Widths that are no multiple
+    of 2,048 (3,072, 2,816, 1,024) do not gain. A CPU with AVX-512 held back to AVX2
+    transposes its kernels and keeps the width; AVX-512's and bfloat16's GEMMs were not
+    seen to slow down so.
     """
     if machine.device != "cpu" or "avx2" not in machine.cpu_flags or "avx512f" in machine.cpu_flags:
         return 0

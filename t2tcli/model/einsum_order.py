@@ -7,10 +7,8 @@ transposes the whole result afterwards: one more pass over it. The gradients
 mesh-tensorflow writes for an einsum often ask for exactly that: a kernel's gradient
 `abc,abd->dc`, attention's keys' gradient `abcd,abce->abed`. Given the operands the other
 way round, the same kernel's result is already in the asked-for order, and swapping two
-inputs costs nothing. On a 2-core AVX512-BF16 CPU, in bfloat16 at t5_small's shape, the
-keys' gradient took 1.6-1.75 ms instead of 2.6-3.2, most kernels' gradients 4-12% less,
-and a step's products, each timed alone, 2.6-6.6% less (BENCHMARKS.md, "train,
-2026-11-27 (einsums in their result's order)").
+inputs costs nothing while saving that pass (`bench/einsum_shapes.py` times a step's
+products both ways).
 
 Only equations whose labels each appear once per operand, with every output label in an
 input, are considered; anything else is left as written.

@@ -53,10 +53,9 @@ def head_major(use_tpu: bool) -> bool:
     return not use_tpu
 
 
-# The widest attention kernel (heads x d_kv) whose products are joined. On a 2-core
-# AVX2-only CPU, in float32, a self-attention layer's projections, forward and backward,
-# ran 1.12-1.20x as fast joined at 512 (t5_small), but 0.95x at 768 (t5_base), where the
-# kernels one by one already run near the matmul peak (`bench/projections.py`).
+# The widest attention kernel (heads x d_kv) whose products are joined: joining speeds
+# up t5_small's 512-wide projections, but at t5_base's 768 the kernels one by one
+# already run near the matmul peak and joining them costs time (`bench/projections.py`).
 JOINED_PROJECTIONS_MAX_WIDTH = 512
 
 

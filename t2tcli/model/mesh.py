@@ -182,7 +182,7 @@ class PlacementMeshImpl(mtf.placement_mesh_impl.PlacementMeshImpl):
     and two-operand einsums in the operand order their result comes out in
     (t2tcli.model.einsum_order).
 
-    TensorFlow's bfloat16 Einsum kernel is 10-20x slower than float32 on CPUs without
+    TensorFlow's bfloat16 Einsum kernel is far slower than float32's on CPUs without
     native bfloat16 (see t2tcli.model.dtype_policy); float32 inputs, einsum and a rounding of the
     result to bfloat16 give what a native kernel gives (float32 accumulation), at
     float32's speed plus two casts.

@@ -2,9 +2,8 @@
 
 mesh-tensorflow projects a self-attention layer's input three times, once by each of its
 [d_model, heads * d_kv] kernels. At t5_small's shape those are [2048, 512] x [512, 512]
-products, and on an AVX2-only CPU they ran well below the FFN's products: 100-118 GFLOP/s
-forward and 66-108 for a kernel's gradient, against 132-143 (BENCHMARKS.md, "train,
-2026-11-27"). Concatenated along their output dimension, the three kernels make one
+products, too small to run at the rate the FFN's larger products reach on a CPU
+(`bench/projections.py`). Concatenated along their output dimension, the three kernels make one
 [512, 1536] kernel, whose three products (forward, input and kernel gradients) have
 shapes close to the FFN's. An encoder-decoder layer's k and v, both projections of the
 encoder's output, are joined the same way. Wider kernels already run near the peak one by

@@ -35,8 +35,8 @@ def _top(logits: tf.Tensor) -> tf.Tensor:
     """Each row's largest logit, in float32 with a trailing axis of 1.
 
     TensorFlow's own reduction, not XLA's: a maximum is exact in any dtype, TensorFlow's
-    kernel reduces bfloat16 rows on every core, and XLA's CPU code reduced bfloat16 rows
-    about 9x slower.
+    kernel reduces bfloat16 rows on every core, and XLA's CPU code reduces bfloat16 rows
+    several times slower.
     """
     return tf.cast(tf.reduce_max(logits, axis=-1, keepdims=True), tf.float32)
 

@@ -1,0 +1,305 @@
+"""The benchmarks' results, kept per CPU kind, and BENCHMARKS.md rendered from them.
+
+    python bench/report.py record --log_dir=bench/out --command="bench/run" --machine="..."
+    python bench/report.py render                    # bench/results/*.json -> BENCHMARKS.md
+
+A figure holds for the kind of CPU it was measured on (AVX2-only, AVX512-BF16, AMX run
+different kernels and dtypes), so each kind keeps its own file, bench/results/<kind>.json,
+and a run replaces only the benchmarks it ran on its own kind. `bench/run` calls both
+steps; the renderer reads nothing but those files, so BENCHMARKS.md always says which
+kind, machine, date and command each figure comes from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata as metadata
+import json
+import platform
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+VERSIONED = ["tensorflow", "mesh-tensorflow", "sentencepiece", "pandas", "torch", "transformers", "ctranslate2"]
+
+# What each benchmark compares, in one line; the order is BENCHMARKS.md's.
+METHODS = {
+    "datagen": "rows/s of `t2t-datagen qp_is_duplicate` on a 400k-row CSV against a pandas `iterrows` loop "
+    "writing one `tf.train.Example` a row (`bench/datagen.py`); wall clock, fresh processes.",
+    "datagen_beam": "rows/s of the same generation on Beam's DirectRunner against the local run, output compared "
+    "byte for byte (`bench/datagen_beam.py`).",
+    "train": "tokens/s of a t5_small training step (batch 16, lengths 128/128, vocabulary 32,128, Adafactor) "
+    "against Hugging Face T5 in PyTorch, its best row of float32 and bfloat16 autocast (`bench/train.py`).",
+    "decode": "sentences/s of t5_small (random weights, batch 64, 32 output tokens a line), medians of runs in "
+    "turns, against CTranslate2 and HF `generate` on the same weights (`bench/decode.py`).",
+    "int8_agreement": "BLEU of CTranslate2 int8 against float32, and how many dev lines it decodes as float32 does, "
+    "on a small model trained on the shipped verses (`bench/int8_agreement.py`).",
+}
+NUMBER = r"[\d,]+(?:\.\d+)?"
+
+
+def kind_stem(kind: str) -> str:
+    """bench/results/<stem>.json of a CPU kind as `dtype_policy` names it ('AVX2' is AVX2-only)."""
+    return "avx2-only" if kind == "AVX2" else re.sub(r"[^a-z0-9]+", "-", kind.lower()).strip("-")
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _row(case: str, ours: str, ours_figure: str | None, peer: str, peer_figure: str | None, ratio: float) -> dict:
+    return {
+        "case": case,
+        "ours": ours,
+        "ours_figure": ours_figure,
+        "peer": peer,
+        "peer_figure": peer_figure,
+        "ratio": round(ratio, 2),
+    }
+
+
+def parse_datagen(log: str) -> list[dict]:
+    rates = {
+        m["name"].strip(): m["rate"]
+        for m in re.finditer(rf"^(?P<name>\S.*?)\s+{NUMBER}\s+{NUMBER}\s+(?P<rate>{NUMBER})\s", log, re.M)
+    }
+    baseline = next((rate for name, rate in rates.items() if name.startswith("baseline")), None)
+    rows = []
+    for m in re.finditer(rf"^speed-up over the baseline, (?P<name>.+?): (?P<ratio>{NUMBER})x wall", log, re.M):
+        name = m["name"]
+        ours = rates.get(name)
+        rows.append(
+            _row(
+                name.removeprefix("t2t-datagen, "),
+                "t2t-datagen",
+                ours and f"{ours} rows/s",
+                "pandas iterrows writer",
+                baseline and f"{baseline} rows/s",
+                _num(m["ratio"]),
+            )
+        )
+    return rows
+
+
+def parse_datagen_beam(log: str) -> list[dict]:
+    pattern = rf"^(?P<input>\d+ CSVs?)\s+(?P<run>\S.*?)\s+{NUMBER}\s+(?P<rate>{NUMBER})\s+(?P<vs>{NUMBER})"
+    local: dict[str, str] = {}
+    rows = []
+    for m in re.finditer(pattern, log, re.M):
+        if m["run"] == "local":
+            local[m["input"]] = m["rate"]
+            continue
+        ours = f"t2t-datagen, {m['run']}"
+        rows.append(_row(m["input"], ours, f"{m['rate']} rows/s", "t2t-datagen, local", None, _num(m["vs"])))
+    for row in rows:
+        rate = local.get(row["case"])
+        row["peer_figure"] = rate and f"{rate} rows/s"
+    return rows
+
+
+def parse_train(log: str) -> list[dict]:
+    systems = {
+        m["name"].strip(): _num(m["tokens"])
+        for m in re.finditer(rf"^(?P<name>(?:t2tcli|HF) .*?)\s+{NUMBER}\s+(?P<tokens>{NUMBER})\s+{NUMBER}%", log, re.M)
+    }
+    ours_rows = {name: t for name, t in systems.items() if name.startswith("t2tcli")}
+    peer_rows = {name: t for name, t in systems.items() if name.startswith("HF")}
+    if not ours_rows or not peer_rows:
+        return []
+    peer = max(peer_rows, key=peer_rows.get)
+    shape = re.search(r"^Model: (\S+)", log, re.M)
+    case = shape[1] if shape else "t5_small"
+    rows = []
+    for m in re.finditer(rf"^t2tcli (?P<which>default|best) / HF T5 best tokens/s: (?P<ratio>{NUMBER})x", log, re.M):
+        if m["which"] == "default":
+            ours = next((name for name in ours_rows if name.startswith("t2tcli default")), None)
+        else:
+            ours = max(ours_rows, key=ours_rows.get)
+        if ours is None or any(row["ours"] == ours for row in rows):
+            continue  # the best row is the default's: one row says both
+        rows.append(
+            _row(
+                case,
+                ours,
+                f"{ours_rows[ours]:,.0f} tokens/s",
+                peer,
+                f"{peer_rows[peer]:,.0f} tokens/s",
+                _num(m["ratio"]),
+            )
+        )
+    return rows
+
+
+def parse_decode(log: str) -> list[dict]:
+    rates = {}
+    table = rf"^(?P<data>\S.*?)\s+{NUMBER}\s+(?P<search>greedy|beam \d+)\s+(?P<system>\S.*?)\s+(?P<rate>{NUMBER})\s"
+    for m in re.finditer(table, log, re.M):
+        rates[m["data"].strip(), m["search"], m["system"].strip()] = _num(m["rate"])
+    rows = []
+    ratio_line = (
+        rf"^(?P<data>[^,\n]+), (?P<search>greedy|beam \d+): (?P<ours>[^:/]+?) / (?P<peer>[^:]+?): (?P<r>{NUMBER})x"
+    )
+    for m in re.finditer(ratio_line, log, re.M):
+        key = (m["data"], m["search"])
+        peer_rate = rates.get((*key, m["peer"])) or rates.get((*key, f"{m['peer']} float32"))
+        ratio = _num(m["r"])
+        ours_rate = rates.get((*key, m["ours"])) or (peer_rate and peer_rate * ratio)
+        rows.append(
+            _row(
+                f"{m['data']}, {m['search']}",
+                m["ours"],
+                ours_rate and f"{ours_rate:.1f} sent/s",
+                m["peer"],
+                peer_rate and f"{peer_rate:.1f} sent/s",
+                ratio,
+            )
+        )
+    return rows
+
+
+def parse_int8_agreement(log: str) -> list[dict]:
+    pattern = (
+        rf"^int8 agreement, (?P<search>[^:]+): (?P<same>{NUMBER})% of lines as float32, "
+        rf"BLEU (?P<int8>{NUMBER}) \(int8\) vs (?P<f32>{NUMBER}) \(float32\)"
+    )
+    return [
+        {
+            **_row(
+                m["search"],
+                "t2t-decode ctranslate2 int8",
+                f"BLEU {m['int8']}",
+                "t2t-decode ctranslate2 float32",
+                f"BLEU {m['f32']}",
+                _num(m["int8"]) / _num(m["f32"]),
+            ),
+            "note": f"{m['same']}% of lines the same",
+        }
+        for m in re.finditer(pattern, log, re.M)
+    ]
+
+
+PARSERS: dict[str, Callable[[str], list[dict]]] = {
+    "datagen": parse_datagen,
+    "datagen_beam": parse_datagen_beam,
+    "train": parse_train,
+    "decode": parse_decode,
+    "int8_agreement": parse_int8_agreement,
+}
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for name in VERSIONED:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def record(kind: str, machine: str, command: str, logs: dict[str, str], results: Path, today: str) -> Path:
+    """Merges the parsed logs into results/<kind>.json; a benchmark that gave no rows keeps its old ones."""
+    path = results / f"{kind_stem(kind)}.json"
+    data = json.loads(path.read_text()) if path.exists() else {"cpu_kind": kind, "benchmarks": {}}
+    data["machine"], data["versions"] = machine, versions()
+    for name, log in logs.items():
+        rows = PARSERS[name](log)
+        if rows:
+            data["benchmarks"][name] = {"measured": today, "command": f"{command}", "rows": rows}
+    results.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    return path
+
+
+def _title(kind: str) -> str:
+    return "AVX2-only" if kind == "AVX2" else kind
+
+
+def _ratio(rows: list[dict]) -> str:
+    low, high = min(r["ratio"] for r in rows), max(r["ratio"] for r in rows)
+    return f"{low:.2f}x" if low == high else f"{low:.2f}-{high:.2f}x"
+
+
+def render(kinds: list[dict]) -> str:
+    """BENCHMARKS.md: a summary per CPU kind, the machines, then one table per benchmark."""
+    order = {"AVX2": 0, "AVX512-BF16": 1, "AMX": 2}
+    kinds = sorted(kinds, key=lambda k: (order.get(k["cpu_kind"], 9), k["cpu_kind"]))
+    out = [
+        "# Benchmarks",
+        "",
+        "Rendered by `bench/run` from the results it keeps per CPU kind in `bench/results/`: each kind's",
+        "figures were measured on a machine of that kind, on the date and with the command its rows name.",
+        "Compare ratios within one CPU kind. Why the code computes as it does:",
+        "[docs/performance-design.md](docs/performance-design.md); the tools: [bench/README.md](bench/README.md).",
+        "",
+        "## Summary per CPU kind",
+        "",
+        "ours / peer, higher is better; a range spans the benchmark's cases.",
+        "",
+        "| CPU kind | benchmark | ours | peer | ours / peer |",
+        "|---|---|---|---|---|",
+    ]
+    for kind in kinds:
+        for name in METHODS:
+            bench = kind["benchmarks"].get(name)
+            if not bench or name == "int8_agreement":
+                continue
+            pairs: dict[tuple[str, str], list[dict]] = {}
+            for row in bench["rows"]:
+                pairs.setdefault((row["ours"], row["peer"]), []).append(row)
+            for (ours, peer), rows in pairs.items():
+                out.append(f"| {_title(kind['cpu_kind'])} | {name} | {ours} | {peer} | {_ratio(rows)} |")
+    out += ["", "## Machines", ""]
+    for kind in kinds:
+        shown = ", ".join(f"{name} {version}" for name, version in kind.get("versions", {}).items())
+        out.append(f"- **{_title(kind['cpu_kind'])}**: {kind['machine']}. {shown}.")
+    for name, method in METHODS.items():
+        measured = [(kind, kind["benchmarks"][name]) for kind in kinds if name in kind["benchmarks"]]
+        if not measured:
+            continue
+        out += ["", f"## {name}", "", method, ""]
+        with_notes = any("note" in row for _, bench in measured for row in bench["rows"])
+        header = "| CPU kind | case | ours | peer | ours / peer |" + (" note |" if with_notes else "")
+        out += [header, "|" + "---|" * (header.count("|") - 1)]
+        for kind, bench in measured:
+            for row in bench["rows"]:
+                ours = row["ours"] + (f" ({row['ours_figure']})" if row.get("ours_figure") else "")
+                peer = row["peer"] + (f" ({row['peer_figure']})" if row.get("peer_figure") else "")
+                line = f"| {_title(kind['cpu_kind'])} | {row['case']} | {ours} | {peer} | {row['ratio']:.2f}x |"
+                out.append(line + (f" {row.get('note', '')} |" if with_notes else ""))
+        out.append("")
+        for kind, bench in measured:
+            note = f" {bench['note']}" if bench.get("note") else ""
+            out.append(f"- {_title(kind['cpu_kind'])}: measured {bench['measured']} with `{bench['command']}`.{note}")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["record", "render"])
+    parser.add_argument("--results_dir", default=str(RESULTS))
+    parser.add_argument("--log_dir", default=str(REPO / "bench" / "out"))
+    parser.add_argument("--command", default="bench/run")
+    parser.add_argument("--machine", default=platform.processor() or platform.machine())
+    parser.add_argument("--out", default=str(REPO / "BENCHMARKS.md"))
+    args = parser.parse_args()
+    results = Path(args.results_dir)
+    if args.action == "record":
+        sys.path.insert(0, str(REPO / "bench"))
+        from binaries import cpu_kind
+
+        logs = {name: p.read_text() for name in PARSERS if (p := Path(args.log_dir) / f"{name}.log").exists()}
+        today = datetime.datetime.now(datetime.UTC).date().isoformat()
+        print(f"recorded {record(cpu_kind(), args.machine, args.command, logs, results, today)}")
+    else:
+        kinds = [json.loads(p.read_text()) for p in sorted(results.glob("*.json"))]
+        Path(args.out).write_text(render(kinds))
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
