@@ -40,7 +40,7 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     from t2tcli import registry
     from t2tcli.compat import tf
-    from t2tcli.model import dtype_policy
+    from t2tcli.model import hardware
 
     hp = registry.hparams(args.hparams_set)
     b, n, h, d = args.batch, args.length, hp.num_heads, hp.d_kv
@@ -73,7 +73,7 @@ def main() -> None:
         fn = tf.function(lambda x, y: tf.reshape(tf.einsum(equation, x, y), [-1])[0])
         return best_seconds(fn, x, y)
 
-    machine = dtype_policy.detect()
+    machine = hardware.detect()
     print(f"{args.hparams_set}: batch {b}, length {n}, {h} heads of {d}; CPU kind {machine.cpu_kind()}")
     print(f"{'einsum':<22}{'dtype':<10}{'mesh-tf order':>22}{'head-major':>22}")
     totals = [0.0, 0.0]

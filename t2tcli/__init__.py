@@ -11,8 +11,9 @@ imports only the layers below it (tests/test_layout.py holds the rule):
     data       sources (plain text too), preprocessing, vocabulary, the data_dir layout,
                datagen stages and their local and Beam runners, the tf.data input
                pipeline, where T5's self-supervised objectives corrupt text each epoch
-    model      the Bitransformer's graph, hparams -> gin, mesh, dtype policy, weight names,
-               checkpoints, a model_dir's records and loading a trained run
+    model      the Bitransformer's graph, hparams -> gin, mesh, the machine (hardware) with its
+               activation dtype and CPU kernel layout, weight names, checkpoints, a model_dir's
+               records and loading a trained run
     interop    Hugging Face T5 directories in and out
     train      the model_fn (TRAIN, EVAL), Estimator and RunConfig, hooks, checkpoint
                initialisation, the trainer

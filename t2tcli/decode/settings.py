@@ -20,7 +20,7 @@ from t2tcli import hparams
 from t2tcli.decode import ct2
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
-from t2tcli.model import dtype_policy
+from t2tcli.model import activation_dtype
 
 if TYPE_CHECKING:
     from t2tcli.model.loading import LoadedModel
@@ -183,7 +183,7 @@ def choose(model: LoadedModel, decode: Mapping[str, Any], scoring: bool = False)
         return tf_engine(hp, requested)
     if meshlib.num_gpus():
         return "fast", "a GPU"
-    if dtype_policy.resolve(hp.activation_dtype) == "bfloat16":
+    if activation_dtype.resolve(hp.activation_dtype) == "bfloat16":
         return "fast", "bfloat16 runs natively on this CPU, where the TF engine outruns CTranslate2 float32"
     if not ct2.available():
         return "fast", f"one CPU; CTranslate2 is not installed ({ct2.INSTALL_HINT} adds it)"
