@@ -4,11 +4,16 @@ Built-ins are the installed packages `t2tcli.builtin.problems` / `.hparams` (the
 repository's top-level `problems/` and `hparams/`), so a wheel installed anywhere carries
 them. User code comes in through `import_usr_dir` from a local or remote directory, and
 registers through the same decorators, so it has no second-class path.
+
+Layer: data, as it loads the built-in problems, which are written on data's public names
+(tests/test_layout.py derives it from the imports). Imports: core (errors, t2t_imports),
+io (fs, atomic), data (builtin).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -24,11 +29,9 @@ from typing import Any, TypeVar
 
 from t2tcli import t2t_imports
 from t2tcli.errors import UserError, did_you_mean
-from t2tcli.io import fs
+from t2tcli.io import atomic, fs
 
 T = TypeVar("T")
-
-BUILTIN_PACKAGES = ("t2tcli.builtin.problems", "t2tcli.builtin.hparams")
 
 _PROBLEMS: dict[str, type] = {}
 _MIXTURES: dict[str, type] = {}
@@ -158,8 +161,7 @@ def load_builtins() -> None:
     if _builtins_loaded:
         return
     _builtins_loaded = True
-    for package in BUILTIN_PACKAGES:
-        importlib.import_module(package)
+    from t2tcli.builtin import hparams, problems  # noqa: F401 - imported for their decorators
 
 
 # A file or directory of user code as a process elsewhere needs it to import it:
@@ -212,16 +214,13 @@ def _import_copy(bundle: CodeBundle, scratch: str) -> None:
     digest = hashlib.sha1(repr((path, files)).encode()).hexdigest()[:12]
     home = Path(scratch) / f"t2t_code_{digest}"
     if not home.exists():
-        # Written aside and renamed: worker threads of one machine may race here.
-        staging = Path(tempfile.mkdtemp(prefix=".t2t_code_", dir=scratch))
-        for rel, data in files:
-            target = staging / name / rel if rel else staging / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        try:
-            staging.rename(home)
-        except OSError:  # another thread got there first
-            shutil.rmtree(staging, ignore_errors=True)
+        # Written aside and renamed: worker threads of one machine may race here. Private,
+        # as the scratch directory may be the machine's shared temporary directory.
+        with contextlib.suppress(FileExistsError), atomic.staged_directory(str(home), mode=0o700) as staging:
+            for rel, data in files:
+                target = Path(staging) / name / rel if rel else Path(staging) / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
     _import_local(home / name, path)
 
 

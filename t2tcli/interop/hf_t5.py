@@ -15,9 +15,7 @@ import contextlib
 import io
 import json
 import os
-import shutil
 import struct
-import tempfile
 from typing import Any
 
 import numpy as np
@@ -349,19 +347,10 @@ def export(
     if fs.is_remote(export_dir):
         _write_remote(files, export_dir)
         return
-    parent = os.path.dirname(os.path.abspath(export_dir))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(export_dir)}.", dir=parent)
-    try:
+    with atomic.staged_directory(export_dir) as staging:  # replaces an empty export_dir, checked above
         for name, data in files.items():
             with open(os.path.join(staging, name), "wb") as f:
                 f.write(data)
-        if os.path.isdir(export_dir):
-            os.rmdir(export_dir)  # empty, checked above
-        os.replace(staging, export_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def _json_bytes(content: dict[str, Any]) -> bytes:

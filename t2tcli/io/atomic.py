@@ -1,7 +1,7 @@
-"""Output files that are complete or absent, written through names nobody can predict.
+"""Output files and directories that are complete or absent, written through names nobody can predict.
 
-A temporary file next to its target, renamed over it once written and synced, is how
-every output of t2tcli appears. The temporary name comes from `mkstemp` (O_CREAT|O_EXCL,
+A temporary file (or directory: staged_directory) next to its target, renamed over it
+once written, is how every output of t2tcli appears. The temporary name comes from `mkstemp` (O_CREAT|O_EXCL,
 so a symlink or file planted at a guessed name is never followed or reused), carries the
 writer's pid so a later run can clear what a killed one left, and is removed when the
 write fails. A write that fails (a full disk) is reported as an OSError naming the
@@ -142,6 +142,43 @@ def _remote_output(path: str, mode: str) -> Iterator[IO[Any]]:
             f.close()
         with contextlib.suppress(Exception):
             fs.remove(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def staged_directory(target: str, mode: int = 0o777) -> Iterator[str]:
+    """A new local directory to fill, that appears at `target` whole once the block ends
+    without error; a failure removes it.
+
+    It is made beside `target` (a rename never crosses file systems) under a name nobody
+    can predict that carries the writer's pid, so a later run clears what a killed one
+    left; its mode is `mode` less the umask, as mkdir gives (mkdtemp's is private). An
+    empty directory at `target` is replaced. When another writer renamed a directory to
+    `target` first, the staged one is removed and FileExistsError raised, for the caller
+    to take theirs or fail.
+    """
+    if fs.is_remote(target):
+        raise ValueError(f"{target}: only a local directory can be staged (object stores rename no directories)")
+    parent = os.path.dirname(os.path.abspath(target))
+    prefix = _temporary_prefix(target)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        remove_stale(parent, prefix)
+        staging = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}.", dir=parent)
+    except OSError as exc:
+        raise _named(exc, target) from None
+    try:
+        os.chmod(staging, mode & ~_umask())
+        yield staging
+        try:
+            os.replace(staging, target)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                raise FileExistsError(exc.errno, "made meanwhile by another writer", target) from None
+            raise _named(exc, target) from None
+        _sync_directory(parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
         raise
 
 
