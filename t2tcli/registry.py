@@ -7,7 +7,7 @@ registers through the same decorators, so it has no second-class path.
 
 Layer: data, as it loads the built-in problems, which are written on data's public names
 (tests/test_layout.py derives it from the imports). Imports: core (errors, t2t_imports),
-io (fs, atomic), data (builtin).
+io (fs, atomic), data (builtin.hparams and builtin.problems).
 """
 
 from __future__ import annotations

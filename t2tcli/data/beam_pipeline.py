@@ -16,7 +16,7 @@ run, whatever the runner and worker count:
 
 Steps hand each other small typed records, which pickle. Workers rebuild the problem from
 the registry by name (and --usr_dir), which is why a Problem needs no Beam-specific code.
-Imports only core, io and data.
+Imports: core, io and data.
 """
 
 from __future__ import annotations

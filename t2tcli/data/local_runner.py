@@ -3,8 +3,8 @@
 Pass 1 (`read_task`) streams each source through the shared stages into a spool, or, when
 the vocabulary exists already, straight into the shard writer; the vocabulary is made
 between the passes; pass 2 (`write_task`) encodes the spool into shards and the meta file.
-Work directories are local scratch (`layout.work_dir`), removed whatever happens. Imports only
-core, io and data's layout, options, plan, spool, stages, stats, vocab_sources and writer.
+Work directories are local scratch (`layout.work_dir`), removed whatever happens. Imports: io
+and data (layout, meta, options, plan, problem, spool, stages, stats, vocab_sources and writer).
 """
 
 from __future__ import annotations

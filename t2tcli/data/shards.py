@@ -13,7 +13,7 @@ Each split's records are first appended, already framed, to one bucket file per 
 seeded RNG for the train split, and written as a TFRecord under a temporary name that
 is renamed when complete. Memory is bounded by the size of one shard, not of the data
 set. Buckets are the local run's own scratch files (plain `open`), named by `layout`.
-Imports only io and data's layout, packed_encoder and vocab.
+Imports: io and data (layout, packed_encoder and vocab).
 """
 
 from __future__ import annotations

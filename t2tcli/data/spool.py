@@ -2,7 +2,7 @@
 
 Pickled chunks, one file per split, in the work directory the local runner made for the
 run and removes after it: the runner's own local scratch, so plain `open` is right here.
-Imports only data's layout and stages.
+Imports: data (layout and stages).
 """
 
 from __future__ import annotations

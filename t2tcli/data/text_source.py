@@ -5,7 +5,7 @@ only separate. Files are read line by line through `t2tcli.io.fs` (local or remo
 `.gz` file decompressed as it is read, so memory stays bounded by one chunk of records
 whatever the corpus size. A line over `max_chars` characters is cut there (a document
 is split into pieces for training anyway) and the cuts are counted and reported per
-file. Imports only core, io and data's sources.
+file. Imports: core, io and data (file_sources and source_base).
 """
 
 from __future__ import annotations

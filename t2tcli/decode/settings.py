@@ -6,7 +6,7 @@ has one home, each rule is checked by one function and `engine=auto` is resolved
 function; the engine chosen travels on in the settings dict, which the model_fn then
 only reads.
 
-Imports: core, model, decode (ct2, for what CTranslate2 can run).
+Imports: core, model and decode (ct2); ct2 for what CTranslate2 can run.
 """
 
 from __future__ import annotations

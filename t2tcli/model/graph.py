@@ -1,7 +1,7 @@
 """The Bitransformer's mtf graph: one model_fn call's mesh, model, features and loss.
 
 Everything here is shared by training, evaluation and decoding; it knows nothing of
-Estimators or of decode settings. Imports: core, data and model only.
+Estimators or of decode settings. Imports: core and model.
 """
 
 from __future__ import annotations

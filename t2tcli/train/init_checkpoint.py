@@ -1,7 +1,7 @@
 """Initialising a new run from a mesh-tensorflow / T5 checkpoint or a Hugging Face T5
 directory: checked before anything is written, then mapped onto the model's variables.
 
-Imports: core, model, interop.
+Imports: core, io, model and interop.
 """
 
 from __future__ import annotations
