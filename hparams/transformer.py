@@ -100,7 +100,11 @@ def mtf_transformer_tiny() -> HParams:
 
 @register_hparams
 def mtf_transformer_small() -> HParams:
-    """Four layers each side, d_model 256: a small real model for a CPU."""
+    """Four layers each side, d_model 256: a small real model for a CPU.
+
+    Its warm-up (warmup_steps=10000) is made for long runs; a run of fewer steps is warned
+    at its start, with the --hparams=warmup_steps=N to give it instead.
+    """
     hp = base()
     hp.override_from_dict(
         dict(d_model=256, d_ff=1024, num_heads=4, d_kv=64, num_encoder_layers=4, num_decoder_layers=4)

@@ -3,7 +3,10 @@
 `span_corruption`, `prefix_lm` and `iid_denoising` read every `*.txt` and `*.txt.gz` file
 of `--tmp_dir`, one document a line, and share the vocabulary `text` (trained on that
 text, T5's 100 sentinels appended), so they mix with each other and with any problem of
-that vocabulary. `verses_span_corruption` is the same objective on the shipped Bible
+that vocabulary. `t2t-datagen --leave_out_dev_of=PROBLEM` (or a subclass's
+`leave_out_dev_of`) leaves out of the text every dev and test text of PROBLEM, so the
+problem a model pretrained here is fine-tuned on is evaluated on text it has not read.
+`verses_span_corruption` is the same objective on the shipped Bible
 verses (English and Spanish), with no `--tmp_dir` needed: a small corpus to try the
 recipe on, pretraining before `translate_en_es`.
 """

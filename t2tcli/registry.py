@@ -7,13 +7,12 @@ registers through the same decorators, so it has no second-class path.
 
 Layer: data, as it loads the built-in problems, which are written on data's public names
 (tests/test_layout.py derives it from the imports). Imports: core (errors, t2t_imports),
-io (fs, atomic), data (builtin.hparams and builtin.problems).
+io (fs, scratch), data (builtin.hparams and builtin.problems).
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import functools
 import hashlib
 import importlib
@@ -29,7 +28,7 @@ from typing import Any, TypeVar
 
 from t2tcli import t2t_imports
 from t2tcli.errors import UserError, did_you_mean
-from t2tcli.io import atomic, fs
+from t2tcli.io import fs, scratch
 
 T = TypeVar("T")
 
@@ -194,34 +193,54 @@ def code_bundles(usr_dirs: list[str]) -> tuple[CodeBundle, ...]:
     return tuple(_bundle(u) for u in usr_dirs)
 
 
-def import_code_bundles(bundles: tuple[CodeBundle, ...], scratch: str) -> None:
+def code_digest(bundle: CodeBundle) -> str:
+    """A hash of a bundle's file names and bytes (not of where it was read): what a process
+    that imports it checks its own copy against before running any of it."""
+    digest = hashlib.sha256()
+    for rel, data in bundle[1]:
+        for part in (rel.encode(), data):
+            digest.update(len(part).to_bytes(8, "little"))
+            digest.update(part)
+    return digest.hexdigest()
+
+
+def import_code_bundles(bundles: tuple[CodeBundle, ...], digests: tuple[str, ...]) -> None:
     """Imports each bundle from its original path where this machine has it (the
-    launcher's own machine, a shared file system), else from a copy written under `scratch`."""
-    for bundle in bundles:
+    launcher's own machine, a shared file system), else from a copy written into a fresh
+    directory of this process's own; either way only when the code there hashes to the
+    bundle's digest (what the launcher shipped), else a one-line error and nothing runs."""
+    for bundle, digest in zip(bundles, digests, strict=True):
         path = bundle[0]
+        if path in _IMPORTED_DIRS:
+            continue
         if not fs.is_remote(path) and Path(path).exists():
+            _check_digest(_bundle(path), digest, path, "its code there changed after the job was launched")
             import_usr_dir(path)
         else:
-            _import_copy(bundle, scratch)
+            _import_copy(bundle, _private_scratch(), digest)
 
 
-def _import_copy(bundle: CodeBundle, scratch: str) -> None:
-    """Writes a bundle into a local directory named by its content and imports it from there."""
+def _check_digest(found: CodeBundle, digest: str, usr_dir: str, what: str) -> None:
+    if code_digest(found) != digest:
+        raise UserError(f"--usr_dir={usr_dir}: {what} (not the code of sha256 {digest[:16]}); none of it was imported")
+
+
+def _import_copy(bundle: CodeBundle, parent: str, digest: str) -> None:
+    """Writes a bundle into a new directory made in `parent` and imports it from there,
+    once the copy, read back, hashes to `digest`: nothing that was at any name before
+    (another user's files under a name they could guess) is ever imported."""
     path, files = bundle
     if path in _IMPORTED_DIRS:
         return
     name = path.rstrip("/").rsplit("/", 1)[-1] or "usr_dir"
-    digest = hashlib.sha1(repr((path, files)).encode()).hexdigest()[:12]
-    home = Path(scratch) / f"t2t_code_{digest}"
-    if not home.exists():
-        # Written aside and renamed: worker threads of one machine may race here. Private,
-        # as the scratch directory may be the machine's shared temporary directory.
-        with contextlib.suppress(FileExistsError), atomic.staged_directory(str(home), mode=0o700) as staging:
-            for rel, data in files:
-                target = Path(staging) / name / rel if rel else Path(staging) / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
-    _import_local(home / name, path)
+    home = Path(tempfile.mkdtemp(prefix="t2t_code_", dir=parent)) / name
+    for rel, data in files:
+        target = home / rel if rel else home
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with scratch.create_file(str(target)) as f:
+            f.write(data)
+    _check_digest(_bundle(str(home)), digest, path, f"its copy at {home} is not the code the job carries")
+    _import_local(home, path)
 
 
 @functools.cache
@@ -252,7 +271,8 @@ def import_usr_dir(usr_dir: str) -> None:
     if key in _IMPORTED_DIRS:
         return
     if fs.is_remote(key):
-        _import_copy(_bundle(usr_dir), _private_scratch())
+        bundle = _bundle(usr_dir)
+        _import_copy(bundle, _private_scratch(), code_digest(bundle))
         return
     if not Path(key).exists():
         raise UserError(f"--usr_dir={usr_dir}: no such directory")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -318,19 +319,47 @@ def test_a_job_carries_its_problem_code_to_a_worker_that_lacks_it(usr_dir, tmp_p
     copied.rmdir()
     # As the worker sees it: no directory of the launcher's exists there.
     gone = tuple((f"/nonexistent{path}", files) for path, files in bundles)
-    (tmp_path / "job.pkl").write_bytes(pickle.dumps(gone))
+    (tmp_path / "job.pkl").write_bytes(pickle.dumps((gone, tuple(map(registry.code_digest, bundles)))))
     script = (
         "import pickle, sys\n"
         "from t2tcli import registry\n"
-        "registry.import_code_bundles(pickle.load(open(sys.argv[1], 'rb')), sys.argv[2])\n"
+        "registry.import_code_bundles(*pickle.load(open(sys.argv[1], 'rb')))\n"
         "print(registry.problem('beam_notes').name, registry.problem('qp_all').name,"
         " registry.hparams('mtf_transformer_tiny').d_model)\n"
     )
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     proc = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path / "job.pkl"), str(scratch)], capture_output=True, text=True
+        [sys.executable, "-c", script, str(tmp_path / "job.pkl")],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TMPDIR=str(scratch)),
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["beam_notes", "qp_all", "64"]
-    assert not list(scratch.glob(".t2t_code_*")), "staging copies are renamed into place"
+    assert not list(scratch.iterdir()), "the worker's private copy goes when it exits"
+
+
+def test_pretraining_text_that_leaves_out_dev_texts_gives_the_local_bytes(usr_dir, tmp_path):
+    raw = tmp_path / "raw"
+    write_notes(raw, files=1, rows=120)
+    notes = [" ".join(row["note"].split()) for row in read_notes(raw / "notes-0.csv")]
+    (raw / "corpus.txt").write_text("\n".join(notes) + "\n", encoding="utf-8")
+    local, beam = local_and_beam(
+        "span_corruption",
+        tmp_path,
+        "InProcess",
+        usr_dirs=[usr_dir],
+        tmp_dir=str(raw),
+        leave_out_dev_of=("beam_notes",),
+    )
+    assert beam == local
+    read = read_meta(str(tmp_path / "beam"), "span_corruption")["rows_read"]
+    assert 0 < read < len(notes), "the notes in beam_notes' dev split are left out"
+
+
+def read_notes(path: Path) -> list[dict[str, str]]:
+    import csv
+
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -93,3 +94,46 @@ def test_averaged_toy_model_decodes(binary, toy_model, tmp_path):  # noqa: F811
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.split("\n")) == 3 and proc.stdout.split("\n")[1] == ""
     assert "(step 400)" in proc.stderr
+
+
+def _files(directory: str) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(Path(directory).iterdir())}
+
+
+def test_averaging_never_takes_a_run_back_to_an_older_step(two_checkpoints, tmp_path, binary):
+    """Average M1 into A1, train A1 on past it, average M1 into A1 again: refused in one
+    line, A1 as it was. Averaged again before any training, or once M1 has moved past A1,
+    it is written."""
+    averaged = str(tmp_path / "a1")
+    assert checkpoints.average(two_checkpoints, 2, averaged)[1] == [10, 20]
+    assert checkpoints.average(two_checkpoints, 2, averaged)[1] == [10, 20], "the same average again"
+    make_checkpoint(averaged, 30, np.array([[9.0, 9.0], [9.0, 9.0]]), 9.0)  # fine-tuned on in A1
+    before = _files(averaged)
+    with pytest.raises(UserError, match=r"holds step 30, past step 20 of this average .*back to step 20"):
+        checkpoints.average(two_checkpoints, 2, averaged)
+    proc = binary("t2t-avg-checkpoints", f"--model_dir={two_checkpoints}", "--num_last=1", f"--output_dir={averaged}")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"t2t-avg-checkpoints: error: --output_dir={averaged} holds")
+    assert _files(averaged) == before
+    assert checkpoints.resolve(averaged, None)[0] == 30
+    make_checkpoint(two_checkpoints, 40, np.array([[1.0, 1.0], [1.0, 1.0]]), 1.0)
+    assert checkpoints.average(two_checkpoints, 2, averaged)[1] == [20, 40]
+    assert checkpoints.resolve(averaged, None)[0] == 40
+
+
+def test_an_older_window_of_avg_all_leaves_the_latest_checkpoint_alone(two_checkpoints, tmp_path):
+    averaged = str(tmp_path / "windows")
+    checkpoints.average(two_checkpoints, 1, averaged, ending_at=20)
+    checkpoints.average(two_checkpoints, 1, averaged, ending_at=10)
+    assert [s for s, _ in checkpoints.list_checkpoints(averaged)] == [10, 20]
+    assert checkpoints.resolve(averaged, None)[0] == 20
+
+
+def test_averaging_into_a_directory_another_process_writes_is_refused(two_checkpoints, tmp_path):
+    from t2tcli.io import lock
+
+    averaged = tmp_path / "busy"
+    with lock.hold(str(averaged), "a training run"):
+        with pytest.raises(UserError, match=f"{averaged} is in use: .*\\(pid {os.getpid()} on "):
+            checkpoints.average(two_checkpoints, 2, str(averaged))
+    assert not checkpoints.list_checkpoints(str(averaged))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from conftest import require_extra, run_binary
 from toy_model import toy_model  # noqa: F401  (session fixture)
 
 from t2tcli.data.vocab import EOS_ID
-from t2tcli.decode import batching, engines, settings
+from t2tcli.decode import batching, ct2, engines, settings
 from t2tcli.errors import UserError
 from t2tcli.model import checkpoints, hardware, loading
 
@@ -32,13 +33,19 @@ def _predict(model, engine: str, rows, length: int = 16, **decode):
     return [[int(i) for i in r["outputs"]] for r in results], [float(r["scores"]) for r in results]
 
 
+def copy_model(toy_model: dict[str, str], model_dir) -> None:  # noqa: F811
+    """The toy model's run and checkpoints copied to model_dir, without the conversions an
+    earlier test may have cached in the shared model_dir: every test here starts without one."""
+    import shutil
+
+    shutil.copytree(toy_model["model_dir"], model_dir, ignore=shutil.ignore_patterns(ct2.CACHE_DIR))
+
+
 @pytest.fixture(scope="module")
 def toy(toy_model, tmp_path_factory):  # noqa: F811
     """The toy model, copied: the CTranslate2 conversion is cached inside a model_dir."""
-    import shutil
-
     model_dir = tmp_path_factory.mktemp("ct2") / "model"
-    shutil.copytree(toy_model["model_dir"], model_dir)
+    copy_model(toy_model, model_dir)
     model = loading.load(str(model_dir), hparams="activation_dtype=float32")
     rows = [batching.Row(i, batching.fit(model.vocab.encode(x), 16)[0]) for i, x in enumerate(LINES)]
     return model, rows
@@ -66,6 +73,24 @@ def test_float32_decodes_and_scores_equal_the_fast_engines(toy, decode):
     np.testing.assert_allclose(ct2_scored, fast_scores, rtol=1e-4, atol=1e-4)
 
 
+def test_int8_runs_int8_weights(toy):
+    """quantization=int8 converts to int8 weights and runs them: the converted model is
+    smaller than float32's, the Translator computes in int8, and its scores move off
+    float32's by quantization error (not by a different model)."""
+    model, rows = toy
+    ids32, scores32 = _predict(model, "ctranslate2", rows)
+    checkpoint = checkpoints.resolve(model.model_dir, None)[1]
+    predict = engines.predictor(model, {"engine": "ctranslate2", "quantization": "int8"}, checkpoint)
+    assert predict.translator.compute_type.startswith("int8")  # int8_float32 where the rest runs float32
+    ids8, scores8 = _predict(model, "ctranslate2", rows, quantization="int8")
+    assert not np.allclose(scores8, scores32, rtol=0, atol=1e-5), "int8 scores are not float32's"
+    np.testing.assert_allclose(scores8, scores32, atol=0.5)
+    assert sum(a == b for a, b in zip(ids8, ids32, strict=True)) >= len(rows) - 2
+    cache = {entry.name.rsplit("-", 1)[-1]: entry for entry in (Path(model.model_dir) / ct2.CACHE_DIR).iterdir()}
+    sizes = {q: (cache[q] / "model.bin").stat().st_size for q in ("float32", "int8")}
+    assert sizes["int8"] < 0.6 * sizes["float32"], sizes
+
+
 def test_long_lines_decode_and_score_as_on_the_fast_engine(toy):
     """Past T5's exact relative positions: inputs of 20-30 tokens (the encoder's buckets are
     exact below 8 apart) and targets of 41 (the decoder's, below 16): a wrong bucket mapping
@@ -87,10 +112,8 @@ def test_long_lines_decode_and_score_as_on_the_fast_engine(toy):
 
 
 def test_t2t_decode_with_ctranslate2_writes_what_the_fast_engine_writes(toy_model, tmp_path):  # noqa: F811
-    import shutil
-
     model_dir = tmp_path / "model"
-    shutil.copytree(toy_model["model_dir"], model_dir)
+    copy_model(toy_model, model_dir)
     lines = tmp_path / "in.txt"
     lines.write_text("a b c\n\nj i h g\nd e f\n")
     outputs, steps = {}, {}
@@ -171,12 +194,10 @@ def test_without_ctranslate2_the_engine_names_the_install(toy, monkeypatch):
 
 
 def test_an_unsupported_quantization_is_one_line_and_leaves_no_cache(toy_model, tmp_path):  # noqa: F811
-    import shutil
-
     import ctranslate2
 
     model_dir = tmp_path / "model"
-    shutil.copytree(toy_model["model_dir"], model_dir)
+    copy_model(toy_model, model_dir)
     lines = tmp_path / "in.txt"
     lines.write_text("a b\n")
     supported = ctranslate2.get_supported_compute_types("cpu")
@@ -188,9 +209,11 @@ def test_an_unsupported_quantization_is_one_line_and_leaves_no_cache(toy_model, 
         f"--decode_from_file={lines}",
         f"--decode_hparams=engine=ctranslate2,quantization={wanted}",
     ]
+    before = sorted(p.name for p in model_dir.iterdir())
     proc = run_binary("t2t-decode", *args)
     assert proc.returncode == 1 and f"quantization={wanted} is not supported by CTranslate2 on this CPU" in proc.stderr
-    assert "Traceback" not in proc.stderr and not (model_dir / "ctranslate2").exists()
+    assert "Traceback" not in proc.stderr and not (model_dir / ct2.CACHE_DIR).exists()
+    assert sorted(p.name for p in model_dir.iterdir()) == before
     proc = run_binary(
         "t2t-decode", f"--model_dir={model_dir}", f"--decode_from_file={lines}", "--decode_hparams=quantization=int3"
     )

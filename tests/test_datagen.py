@@ -267,6 +267,29 @@ def test_word_cached_encoding_equals_whole_text_encoding(toy_dir, tmp_path):
     assert not encoder.use_word_cache and packed.tolist() == expected
 
 
+@pytest.mark.parametrize("supplied", [False, True])
+def test_whole_text_encoding_is_mentioned_only_for_a_vocabulary_the_user_supplied(tmp_path, caplog, supplied):
+    """A vocabulary datagen trained itself leaves nothing to act on, so its slower encoding
+    goes unmentioned; one given with --vocab_from gets a line saying what would be faster."""
+    import logging
+
+    from t2tcli.data.vocab import train_vocabulary
+
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
+    sentences = [" ".join(words[i % 10 : i % 10 + 4]) for i in range(200)]
+    train_vocabulary(sentences, str(tmp_path / "v.model"), 60)
+    encoder = PackedTextEncoder(Vocabulary(str(tmp_path / "v.model")), supplied=supplied)
+    encoder._by_word = lambda batch: (Spans.from_list([b"wrong"] * len(batch)), None)  # as if split otherwise
+    caplog.set_level(logging.INFO)
+    encoder.encode(sentences[:10])
+    assert not encoder.use_word_cache
+    mentioned = [r.getMessage() for r in caplog.records if "concatenation of its space-separated words" in r.message]
+    if supplied:
+        assert len(mentioned) == 1 and "no --vocab_from" in mentioned[0] and "the ids are right" in mentioned[0]
+    else:
+        assert not mentioned and not [r for r in caplog.records if r.levelno >= logging.INFO and "v.model" in r.message]
+
+
 def test_words_found_by_key_encode_as_whole_texts(tmp_path, monkeypatch):
     """Later batches find known words by their byte keys; every kind of word must still encode exactly."""
     raw = write_quora(tmp_path / "raw")

@@ -66,6 +66,21 @@ def test_per_problem_metrics_loss_and_files(tmp_path):
     assert table[2].split()[:3] == ["100", "label", "2"]
 
 
+def test_inputs_and_targets_are_written_beside_the_predictions_line_for_line(tmp_path):
+    ex = evaluation.Example
+    task = evaluation.Task("copy", [ex([3, 4], [3, 4]), ex([9, 4], [7]), ex([6], [8])], ("sequence_accuracy",), str)
+    evaluator, _ = make_evaluator(tmp_path, [task])
+    record = evaluator.evaluate(100, "/m/model.ckpt-100")[0]
+    names = {kind: record[kind] for kind in ("inputs", "targets", "predictions")}
+    assert names == {kind: f"copy-100.{kind}.txt" for kind in names}
+    lines = {kind: (tmp_path / "eval_dev" / name).read_text().splitlines() for kind, name in names.items()}
+    assert lines == {"inputs": ["3 4", "9 4", "6"], "targets": ["3 4", "7", "8"], "predictions": ["3 4", "5", "6"]}
+    # Written whole (atomically): no temporary file is left beside them.
+    assert sorted(n for n in os.listdir(tmp_path / "eval_dev") if not n.startswith("events.")) == sorted(
+        [*names.values(), results.RESULTS_FILE]
+    )
+
+
 def test_postprocess_is_applied_to_both_sides(tmp_path):
     task = evaluation.Task("p", [evaluation.Example([9], [5, 5])], ("sequence_accuracy",), lambda s: s.split()[0])
     evaluator, _ = make_evaluator(tmp_path, [task])
@@ -175,3 +190,35 @@ def test_wait_for_a_run_that_never_starts_is_bounded(tmp_path):
     fake.on_sleep = [lambda: None, lambda: write_run(str(tmp_path), 10)]
     following.wait_for_run(str(tmp_path), 30, poll_seconds=4, clock=fake.clock, sleep=fake.sleep)
     assert fake.now == 8
+
+
+def test_a_model_dir_whose_results_cannot_be_written_points_to_eval_dir(tmp_path, monkeypatch):
+    """A read-only model_dir (no write permission in it) is evaluated with --eval_dir: the
+    one-line error says so. Checked before anything is read or written."""
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    real_access = os.access
+
+    def read_only(path, mode, *args, **kwargs):
+        if os.path.abspath(path) == str(model_dir) and mode & os.W_OK:
+            return False
+        return real_access(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "access", read_only)
+    with pytest.raises(UserError) as refused:
+        results.writable_results_dir(str(model_dir), "dev", None)
+    message = str(refused.value)
+    assert message.startswith(f"--model_dir={model_dir / 'eval_dev'}: no permission to write in {model_dir}")
+    assert "--eval_dir" in message and "\n" not in message
+    elsewhere = tmp_path / "results"
+    assert results.writable_results_dir(str(model_dir), "dev", str(elsewhere)) == str(elsewhere)
+    assert not elsewhere.exists() and not (model_dir / "eval_dev").exists(), "nothing made yet"
+
+
+def test_t2t_eval_says_eval_dir_is_the_way_when_the_results_cannot_go_in_the_model_dir(tmp_path):
+    from conftest import run_binary
+    from test_faults import assert_fails_in_one_line
+
+    (tmp_path / "eval_dev").write_text("a file where the results would go\n")
+    proc = run_binary("t2t-eval", f"--model_dir={tmp_path}")
+    assert_fails_in_one_line(proc, f"--model_dir={tmp_path / 'eval_dev'}: exists and is not a directory", "--eval_dir")

@@ -95,6 +95,67 @@ def test_beam_length_penalty_matches_mesh_tensorflow_where_it_picks_the_winner(t
     assert changed.any(), "at alpha 5 the penalty picks another hypothesis for some line"
 
 
+def test_a_strong_length_penalty_picks_another_beam_winner(toy):
+    """The fast engine's beam search ranks finished hypotheses by score / ((5 + length) / 6)
+    ** alpha: on the half-trained checkpoint, whose hypotheses are close, alpha 5 picks
+    longer ones than alpha 0 for some line (the slow test above checks it against
+    mesh-tensorflow; this is its fast guard, one graph and one restore)."""
+    model_dir, hp, vocab_size, ids = toy
+    hp = hp.copy()
+    hp.activation_dtype = "float32"
+    with tf.Graph().as_default():
+        w = fast_weights.Weights(hp, vocab_size)
+        decoded = {
+            alpha: search.decode(w, tf.constant(ids), {"beam_size": 4, "alpha": alpha}, 16).ids for alpha in (0.0, 5.0)
+        }
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session() as session:
+            saver.restore(session, f"{model_dir}/model.ckpt-{SAVE_EVERY}")
+            plain, penalized = session.run([decoded[0.0], decoded[5.0]])
+    changed = [i for i in range(BATCH) if not (plain[i] == penalized[i]).all()]
+    assert changed, "at alpha 5 the penalty picks another hypothesis for some line"
+
+    def length(row: np.ndarray) -> int:
+        ends = np.flatnonzero(row == EOS_ID)
+        return int(ends[0]) if ends.size else len(row)
+
+    assert all(length(penalized[i]) >= length(plain[i]) for i in changed), "the penalty favours longer hypotheses"
+
+
+class _Reached(Exception):
+    """Raised by a spy in place of the beam search it stands for."""
+
+
+@pytest.mark.parametrize("engine", ["fast", "mesh"])
+def test_the_model_fn_hands_each_engines_beam_search_its_alpha(engine, monkeypatch, tmp_path):
+    """The decode settings' alpha reaches the beam search of either engine the model_fn
+    runs: t2tcli.decode.search's, or mesh-tensorflow's Bitransformer.decode."""
+    from mesh_tensorflow.transformer import transformer
+
+    from t2tcli import registry
+
+    seen = {}
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs, positional=args)
+        raise _Reached
+
+    if engine == "fast":
+        monkeypatch.setattr(
+            search, "beam_search", lambda w, inputs, length, beam_size, alpha, all_beams=False: spy(alpha=alpha)
+        )
+    else:
+        monkeypatch.setattr(transformer.Bitransformer, "decode", lambda self, *args, **kwargs: spy(**kwargs))
+    hp = registry.hparams("mtf_transformer_tiny")
+    hp.activation_dtype = "float32"
+    decode = {"engine": engine, "beam_size": 4, "alpha": 0.7, "max_decode_length": 8}
+    est = tf_predict.build_estimator(str(tmp_path), hp, 40, decode)
+    with tf.Graph().as_default(), pytest.raises(_Reached):
+        features = {"inputs": tf.zeros([2, hp.inputs_length], tf.int32)}
+        est.model_fn(features, None, tf.estimator.ModeKeys.PREDICT, est.config)
+    assert seen["alpha"] == pytest.approx(0.7)
+
+
 def _search(toy, decode: dict) -> dict:
     """search.decode of the toy's rows in a graph of its own: the loop's own outputs."""
     model_dir, hp, vocab_size, ids = toy

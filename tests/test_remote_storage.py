@@ -5,7 +5,10 @@ The whole pipeline runs in separate processes, as a user runs it, with nothing b
 - `file://` is TensorFlow's own scheme for the local disk, so every remote code path runs
   (nothing under `os`), in the default suite;
 - `s3://` against a local S3 server (see `remote_server.py`), a real object store with its
-  semantics (no directories, no renames, HTTP errors), in the slow suite.
+  semantics (no directories, no renames, HTTP errors), in the slow suite;
+- `gs://` through TensorFlow's own GCS client, offline: a local HTTPS proxy and JSON-API
+  server (see `gcs_server.py`); the whole pipeline in the slow suite, a missing or forbidden
+  bucket, a stop signal during retries and the basic file calls in the default one.
 In-process `ram://` tests (TensorFlow's memory file system) cover single functions.
 """
 
@@ -15,15 +18,22 @@ import csv
 import importlib.util
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from conftest import REPO, require_extra, run_binary
+from gcs_server import GcsServer, GcsStore, closed_port_url, gcs_server
 from remote_server import FileStore, S3Store, free_port, s3_env, s3_server
 
 from t2tcli import registry
 from t2tcli.data import datagen, layout
-from t2tcli.io import fs
+from t2tcli.errors import UserError
+from t2tcli.io import fs, preflight
 
 USR_CODE = '''
 from t2tcli.registry import register_hparams
@@ -55,7 +65,7 @@ def _quora_sample(rows: int) -> bytes:
     return out.getvalue().encode()
 
 
-def run_pipeline(store: FileStore | S3Store, here: Path) -> None:
+def run_pipeline(store: FileStore | S3Store | GcsStore, here: Path) -> None:
     """datagen (generated and raw-file problems) -> train with remote user code -> eval ->
     decode -> SavedModel and Hugging Face exports -> averaging -> fine-tuning from the
     exported directory; each a fresh process run from `here`, which stays empty."""
@@ -174,6 +184,141 @@ def test_a_missing_bucket_or_a_stopped_server_is_one_line_and_nothing_local(s3_e
     _assert_one_line_failures(missing, here, s3_env(s3_endpoint), "s3://no-such-bucket/")
     stopped = s3_env(f"http://127.0.0.1:{free_port()}")  # nothing listens there
     _assert_one_line_failures(_unreachable_cases("s3://pipeline", tmp_path / "data"), here, stopped, "s3://pipeline/")
+
+
+# gs:// through TensorFlow's own GCS client and a local proxy (gcs_server.py).
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    require_extra("cryptography")
+    with gcs_server() as server:
+        yield server
+
+
+def _requests_for(server: GcsServer, bucket: str) -> list[tuple[str, str, str]]:
+    return [r for r in server.store.requests if f"/b/{bucket}" in r[2] or r[2].startswith(f"/{bucket}/")]
+
+
+@pytest.mark.slow
+def test_the_pipeline_on_a_gcs_server(gcs, tmp_path):
+    here = tmp_path / "here"
+    here.mkdir()
+    run_pipeline(gcs.bucket("pipeline"), here)
+
+
+def test_a_missing_gs_bucket_is_one_line_before_anything_is_made(gcs, tmp_path):
+    """TensorFlow's makedirs asked for a missing bucket forever; the bucket is asked for first."""
+    here = tmp_path / "here"
+    here.mkdir()
+    proc = run_binary(
+        "t2t-datagen",
+        "--problem=copy_sequence",
+        "--data_dir=gs://no-such-bucket/data",
+        env=gcs.env,
+        cwd=here,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    expected = "t2t-datagen: error: --data_dir=gs://no-such-bucket/data: bucket gs://no-such-bucket does not exist"
+    assert proc.stderr.strip().splitlines()[-1] == expected, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    asked = _requests_for(gcs, "no-such-bucket")
+    assert asked == [("GET", "www.googleapis.com", "/storage/v1/b/no-such-bucket")], "asked once, nothing created"
+    assert list(here.iterdir()) == [], "nothing is written locally in place of a URL"
+
+
+def test_sigterm_stops_a_run_whose_gs_calls_keep_retrying(gcs, tmp_path):
+    """A bucket that answers 503 keeps TensorFlow's client retrying in native code, where no
+    Python signal handler runs; SIGTERM still ends the run with one line and status 143."""
+    gcs.store.failing.add("failing-bucket")
+    command = [sys.executable, str(REPO / "bin" / "t2t-datagen"), "--problem=copy_sequence"]
+    proc = subprocess.Popen(
+        [*command, "--data_dir=gs://failing-bucket/data"],
+        env={**os.environ, **gcs.env},
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(_requests_for(gcs, "failing-bucket")) < 2:  # a retry: the client is in its backoff loop
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never reached the bucket"
+            time.sleep(0.1)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+        waited = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    assert waited < 10, waited
+    expected = "t2t-datagen: stopped by SIGTERM while waiting on gs://failing-bucket, which had not answered"
+    assert stderr.strip().splitlines()[-1] == expected, stderr[-2000:]
+    assert "Traceback" not in stderr
+
+
+def test_gfile_calls_on_gs_through_tensorflows_client(gcs, monkeypatch):
+    """Write, read (ranged), list, stat, rename (copy and delete), remove and rmtree, in process."""
+    for name, value in gcs.env.items():
+        monkeypatch.setenv(name, value)
+    store = gcs.bucket("gfile")
+    root = "gs://gfile/dir"
+    payload = bytes(range(256)) * 1500
+    fs.makedirs(f"{root}/sub")
+    with fs.open_file(f"{root}/sub/a.bin", "wb") as f:
+        f.write(payload[:1000])
+        f.write(payload[1000:])
+    assert store.read("dir/sub/a.bin") == payload
+    assert "dir/sub/" in gcs.store.buckets["gfile"], "the directory marker"
+    with fs.open_file(f"{root}/sub/a.bin", "rb") as f:
+        f.seek(300_000)
+        assert f.read(10) == payload[300_000:300_010]
+        assert f.read() == payload[300_010:]
+    assert fs.read_bytes(f"{root}/sub/a.bin") == payload
+    store.write("dir/b.txt", b"two\nlines\n")
+    assert fs.listdir(root) == ["b.txt", "sub/"]
+    assert fs.isdir(f"{root}/sub") and not fs.isdir(f"{root}/b.txt") and fs.isfile(f"{root}/b.txt")
+    assert fs.getsize(f"{root}/sub/a.bin") == len(payload)
+    assert fs.glob(f"{root}/*.txt") == [f"{root}/b.txt"]
+    assert fs.files_under(root) == ["b.txt", "sub/a.bin"]
+    with fs.open_file(f"{root}/b.txt", "rb") as f:
+        assert list(f) == [b"two\n", b"lines\n"]
+    fs.rename(f"{root}/b.txt", f"{root}/sub/c.txt")
+    assert store.names("dir") == ["sub/a.bin", "sub/c.txt"]
+    assert any("/rewriteTo/" in path for _, _, path in gcs.store.requests)
+    fs.remove(f"{root}/sub/c.txt")
+    assert not fs.exists(f"{root}/sub/c.txt")
+    fs.rmtree(root)
+    assert store.names("dir") == [] and fs.names_in(root) == []
+    with pytest.raises(fs.BucketError, match=r"^gs://gone/x/y: bucket gs://gone does not exist$"):
+        fs.check_bucket("gs://gone/x/y")  # what makedirs asks first (tested through a binary: it could hang here)
+    gcs.store.forbidden.add("walled")
+    refused = r"^--model_dir=gs://walled/run: bucket gs://walled refused access \(HTTP 403\): check the credentials$"
+    with pytest.raises(UserError, match=refused):
+        preflight.check_output_dir("gs://walled/run", "model_dir")
+    with pytest.raises(UserError, match=r"^--decode_to_file=gs://gone/out.txt: bucket gs://gone does not exist$"):
+        preflight.check_output_file("gs://gone/out.txt", "decode_to_file")
+    asked = _requests_for(gcs, "gone") + _requests_for(gcs, "walled")
+    assert asked and all(method == "GET" for method, _, _ in asked), "nothing is created in them"
+
+
+@pytest.mark.slow
+def test_a_missing_gs_bucket_or_a_stopped_proxy_is_one_line_and_nothing_local(gcs, tmp_path):
+    here = tmp_path / "here"
+    here.mkdir()
+    missing = _unreachable_cases("gs://no-such-bucket", tmp_path / "data")
+    _assert_one_line_failures(missing, here, gcs.env, "gs://no-such-bucket/")
+    gcs.store.forbidden.add("forbidden-bucket")
+    forbidden = _unreachable_cases("gs://forbidden-bucket", tmp_path / "data")
+    _assert_one_line_failures(forbidden, here, gcs.env, "gs://forbidden-bucket/")
+    proxy = closed_port_url()  # nothing listens there; one try, without backoff
+    stopped = {**gcs.env, "HTTPS_PROXY": proxy, "https_proxy": proxy, "GCS_RETRY_CONFIG_MAX_RETRIES": "1"}
+    stopped["GCS_RETRY_CONFIG_INIT_DELAY_TIME_US"] = "1000"
+    _assert_one_line_failures(_unreachable_cases("gs://pipeline", tmp_path / "data"), here, stopped, "gs://pipeline/")
 
 
 # The fast, in-process layer: TensorFlow's memory file system.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import re
 
 import pytest
@@ -319,3 +320,112 @@ def test_training_needs_the_sentinels_its_lengths_use(tmp_path):
     )
     needs = "span_corruption at inputs_length=32 needs 3"
     assert_fails_in_one_line(failed, "vocab.few.model", "with 2 sentinels", needs)
+
+
+def verses(count: int) -> list[str]:
+    import csv
+
+    with open(REPO / "problems" / "data" / "translate_en_es.csv", encoding="utf-8") as f:
+        return [row["english"] for row, _ in zip(csv.DictReader(f), range(count), strict=False)]
+
+
+@pytest.fixture(scope="module")
+def plain_text_data(tmp_path_factory):
+    """span_corruption generated from a corpus of `*.txt` files only: (data_dir, datagen's stderr)."""
+    base = tmp_path_factory.mktemp("plain_text")
+    (base / "text").mkdir()
+    (base / "text" / "corpus.txt").write_text("\n".join(verses(300)) + "\n", encoding="utf-8")
+    made = run_binary("t2t-datagen", "--problem=span_corruption", f"--tmp_dir={base / 'text'}", f"--data_dir={base}/d")
+    assert made.returncode == 0, made.stderr[-2000:]
+    return base / "d", made.stderr
+
+
+def test_meta_records_the_patterns_that_found_the_text(plain_text_data):
+    data, stderr = plain_text_data
+    meta = json.loads((data / "span_corruption.meta.json").read_text())
+    assert meta["skipped"]["sources"]["train"]["source"] == "*.txt", "no .txt.gz file was read"
+    assert "concatenation of its space-separated words" not in stderr, "a vocabulary datagen trained leaves no task"
+
+
+def test_max_examples_counts_examples_of_a_self_supervised_problem(plain_text_data):
+    from t2tcli import registry
+    from t2tcli.evaluate import evaluation
+
+    data, _ = plain_text_data
+    problem = registry.problem("span_corruption")
+    every = evaluation.tasks_for(problem, str(data), "dev", 0, (128, 128))[0].examples
+    texts = evaluation.read_examples(str(data), "span_corruption", "dev", 5)
+    assert sum(len(t.targets) for t in texts) < 2 * 114, "five texts make fewer than five pieces here"
+    capped = evaluation.tasks_for(problem, str(data), "dev", 5, (128, 128))[0].examples
+    assert len(every) > 5 and capped == every[:5]
+
+
+def test_a_run_refused_at_its_checks_writes_nothing_and_the_suggested_rerun_is_accepted(
+    plain_text_data, tmp_path, monkeypatch, caplog
+):
+    from t2tcli.train import trainer
+
+    data, _ = plain_text_data
+    model = tmp_path / "model"
+
+    def config(hparams: str) -> trainer.TrainConfig:
+        return trainer.TrainConfig(
+            "span_corruption", "mtf_transformer_tiny", str(data), str(model), hparams, train_steps=2
+        )
+
+    with pytest.raises(UserError, match=r"span_corruption: inputs_length=32 takes pieces of") as refused:
+        trainer.run(config("targets_length=4"))
+    suggested = re.search(r"set --hparams=(targets_length=\d+) or more", str(refused.value)).group(1)
+    assert not model.exists(), sorted(p.name for p in model.iterdir())
+    # Accepted: past every check, the run is recorded with the suggested length (training itself stubbed out).
+    monkeypatch.setattr(trainer, "_train", lambda cfg, hp, *rest: 0)
+    caplog.set_level(logging.WARNING)
+    assert trainer.run(config(suggested)) == 0
+    assert "warmup_steps=100 is more than --train_steps=2" in caplog.text, "a new run shorter than its warm-up"
+    assert json.loads((model / "hparams.json").read_text())["targets_length"] == int(suggested.split("=")[-1])
+
+
+def test_pretraining_text_leaves_out_another_problems_dev_texts(tmp_path):
+    """--leave_out_dev_of: texts of the fine-tuning problem's dev split (its whitespace aside)
+    are not in the pretraining data, in any split; every other text is."""
+    from t2tcli.data.vocab import Vocabulary
+
+    lines = verses(120)
+    raw, usr, data = tmp_path / "raw", tmp_path / "usr", tmp_path / "data"
+    raw.mkdir()
+    usr.mkdir()
+    (raw / "corpus.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (raw / "train.tsv").write_text("text\tlabel\n" + "".join(f"{t}\tyes\n" for t in lines[:80]), encoding="utf-8")
+    dev = [t.replace(" ", "  ", 1) for t in lines[80:100]]  # laid out otherwise, the same text
+    (raw / "dev.tsv").write_text("text\tlabel\n" + "".join(f"{t}\tno\n" for t in dev), encoding="utf-8")
+    (usr / "__init__.py").write_text(
+        "from t2tcli.problem import SelfSupervisedProblem, Text2TextProblem\n"
+        "from t2tcli.registry import register_problem\n"
+        "from t2tcli.sources import TsvSource\n"
+        "\n"
+        "@register_problem('verse_label')\n"
+        "class VerseLabel(Text2TextProblem):\n"
+        "    vocab = SelfSupervisedProblem.vocab\n"
+        "    def source(self, tmp_dir):\n"
+        "        return {split: TsvSource(f'{tmp_dir}/{split}.tsv', columns=('text', 'label'))\n"
+        "                for split in ('train', 'dev')}\n"
+        "    def preprocess(self, record):\n"
+        "        return {'inputs': 'label: ' + record['text'], 'targets': record['label']}\n"
+    )
+    common = ["--problem=span_corruption", f"--tmp_dir={raw}", f"--data_dir={data}", f"--usr_dir={usr}"]
+    made = run_binary("t2t-datagen", *common, "--leave_out_dev_of=verse_label")
+    assert made.returncode == 0, made.stderr[-2000:]
+    assert "left out 20 texts that are dev/test texts of verse_label" in made.stderr
+    meta = json.loads((data / "span_corruption.meta.json").read_text())
+    assert meta["rows_read"] == 100
+    vocab = Vocabulary(str(data / "vocab.text.model"))
+    written = set()
+    for split in ("train", "dev"):
+        for path in sorted(data.glob(f"span_corruption-{split}-*")):
+            for record in tf.data.TFRecordDataset(str(path)).as_numpy_iterator():
+                ids = tf.train.Example.FromString(record).features.feature["targets"].int64_list.value
+                written.add(vocab.decode(list(ids)))
+    # (Decoded: a character the small vocabulary lacks comes back as one unknown, so count them.)
+    assert len(written) == 100 and not written & set(lines[80:100])
+    unknown = run_binary("t2t-datagen", *common, "--leave_out_dev_of=no_such_problem", "--overwrite")
+    assert unknown.returncode == 1 and "no_such_problem" in unknown.stderr.splitlines()[-1]

@@ -6,9 +6,11 @@ import json
 import os
 import re
 import select
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import REPO, run_binary
@@ -136,9 +138,15 @@ def test_t2t_decode_hparams(toy_model, tmp_path):  # noqa: F811
     assert scored.returncode == 0, scored.stderr[-2000:]
     rows = [line.split("\t") for line in out.read_text().splitlines()]
     assert [row[0::2] for row in rows[:2]] == texts, "each beam followed by its score"
-    assert all(float(score) < 0 for row in rows for score in row[1::2])
+    assert all(re.fullmatch(r"-\d+\.\d\d|-?0\.00", score) for row in rows for score in row[1::2]), "T2T's %.2f"
     # Three different hypotheses, not one thrice. Two can read the same: the toy model
-    # may emit padding ids, which the text leaves out (and so does the score).
+    # may emit padding ids, which the text leaves out (and so does the score, which
+    # t2t-decode writes to six digits rather than T2T's two).
+    precise = run_binary(
+        "t2t-decode", *base, "--decode_hparams=beam_size=3,return_beams=True,write_beam_scores=True,num_samples=2"
+    )
+    assert precise.returncode == 0, precise.stderr[-2000:]
+    rows = [line.split("\t") for line in out.read_text().splitlines()]
     assert all(len(set(zip(row[0::2], row[1::2], strict=True))) == 3 for row in rows), "three different hypotheses"
     refused = run_binary("t2t-eval", f"--model_dir={toy_model['model_dir']}", "--decode_hparams=return_beams=True")
     assert_fails_in_one_line(refused, "return_beams is t2t-decode's; t2t-eval scores the best decode")
@@ -183,3 +191,154 @@ def test_trainer_schedule_evaluate_runs_t2t_eval(toy_model, tmp_path):  # noqa: 
 def test_t2t_binary_names_start(binary):
     shown = run_binary(binary, "--help")
     assert shown.returncode == 0 and "flags:" in shown.stdout
+
+
+def _stderr_lines(proc: subprocess.CompletedProcess, fragment: str) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if fragment in line]
+
+
+def test_t2t_decoder_names_its_output_as_t2t_does(toy_model, tmp_path):  # noqa: F811
+    lines = tmp_path / "in.txt"
+    lines.write_text("a b c d e\nf g h i j\n")
+    run = [f"--output_dir={toy_model['model_dir']}", "--model=transformer", f"--decode_from_file={lines}"]
+    named = run_binary("t2t-decoder", *run, "--hparams_set=transformer_tiny", "--decode_hparams=beam_size=4,alpha=0.6")
+    assert named.returncode == 0, named.stderr[-2000:]
+    decodes = tmp_path / "in.txt.transformer.transformer_tiny.copy_sequence.beam4.alpha0.6.decodes"
+    assert decodes.read_text() == "a b c d e\nf g h i j\n" and named.stdout == ""
+    warned = _stderr_lines(named, "--hparams_set=transformer_tiny differs")
+    assert len(warned) == 1 and "mtf_transformer_tiny" in warned[0], named.stderr[-2000:]
+    same = run_binary("t2t-decoder", *run, "--hparams_set=mtf_transformer_tiny", "--decode_hparams=beam_size=1")
+    assert same.returncode == 0 and not _stderr_lines(same, "differs"), same.stderr[-2000:]
+    assert (tmp_path / "in.txt.transformer.mtf_transformer_tiny.copy_sequence.beam1.alpha0.6.decodes").exists()
+    own = run_binary("t2t-decode", f"--model_dir={toy_model['model_dir']}", f"--decode_from_file={lines}")
+    assert own.returncode == 0 and own.stdout == "a b c d e\nf g h i j\n", "t2t-decode still writes stdout"
+    assert len(list(tmp_path.glob("*.decodes"))) == 2, "t2t-decode wrote no .decodes file"
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("a b c\ta b c\n")
+    scored = run_binary("t2t-decoder", f"--output_dir={toy_model['model_dir']}", f"--score_file={pairs}",
+                        f"--decode_to_file={tmp_path / 'scores.txt'}")  # fmt: skip
+    assert scored.returncode == 0, scored.stderr[-2000:]
+    assert re.fullmatch(r"-\d+\.\d{6}\n", (tmp_path / "scores.txt").read_text()), "T2T's %.6f"
+
+
+def test_t2t_decoder_decodes_the_dev_split_without_an_input_file(toy_model, tmp_path):  # noqa: F811
+    model = [f"--output_dir={toy_model['model_dir']}", "--model=transformer", "--hparams_set=mtf_transformer_tiny"]
+    logged = run_binary("t2t-decoder", *model, "--decode_hparams=num_samples=3", cwd=tmp_path)
+    assert logged.returncode == 0, logged.stderr[-2000:]
+    inputs = [line.split("INPUT: ", 1)[1] for line in _stderr_lines(logged, "Inference results INPUT: ")]
+    outputs = [line.split("OUTPUT: ", 1)[1] for line in _stderr_lines(logged, "Inference results OUTPUT: ")]
+    targets = [line.split("TARGET: ", 1)[1] for line in _stderr_lines(logged, "Inference results TARGET: ")]
+    assert len(inputs) == len(outputs) == 3 and targets == inputs, "copy_sequence: the dev targets are the inputs"
+    assert list(tmp_path.iterdir()) == [], "no --decode_to_file: logged only, as T2T's decoder does"
+    written = run_binary(
+        "t2t-decoder", *model, "--decode_hparams=num_samples=3", f"--decode_to_file={tmp_path / 'dev'}"
+    )
+    assert written.returncode == 0, written.stderr[-2000:]
+    base = tmp_path / "dev.transformer.mtf_transformer_tiny.copy_sequence.beam1.alpha0.6"
+    assert Path(f"{base}.inputs").read_text().splitlines() == inputs
+    assert Path(f"{base}.targets").read_text().splitlines() == targets
+    assert Path(f"{base}.decodes").read_text().splitlines() == outputs
+    own = run_binary("t2t-decode", f"--model_dir={toy_model['model_dir']}", "--decode_hparams=num_samples=2")
+    assert own.returncode == 0 and own.stdout.splitlines() == outputs[:2], own.stderr[-2000:]
+    beams = run_binary("t2t-decoder", *model, "--decode_hparams=num_samples=2,return_beams=True")
+    assert_fails_in_one_line(beams, "return_beams", "decoding the dev split writes the best decode")
+
+
+def test_t2t_exporter_warns_of_another_hparams_set(toy_model, tmp_path):  # noqa: F811
+    done = run_binary(
+        "t2t-exporter",
+        f"--output_dir={toy_model['model_dir']}",
+        "--hparams_set=transformer_base_single_gpu",
+        "--export_format=hf",
+        f"--export_dir={tmp_path / 'hf'}",
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(_stderr_lines(done, "--hparams_set=transformer_base_single_gpu differs")) == 1
+    assert (tmp_path / "hf" / "config.json").exists()
+
+
+def test_avg_all_writes_under_model_dir_avg_by_default(toy_model, tmp_path):  # noqa: F811
+    model_dir = tmp_path / "model"
+    shutil.copytree(toy_model["model_dir"], model_dir, ignore=shutil.ignore_patterns("eval_*", "export", "ct*"))
+    done = run_binary("t2t-avg-all", f"--model_dir={model_dir}", "--n=2", "--min_steps=200")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(p.name for p in (model_dir / "avg").glob("model.ckpt-*.index")) == [
+        "model.ckpt-200.index",
+        "model.ckpt-400.index",
+    ]
+
+
+# tensor2tensor's README walkthrough and oss_integration_test.sh, their flags as they are: only the
+# problem (whose data T2T downloads) and the hparams set are ones registered here, and the
+# training is cut to a few steps.
+T2T_WALKTHROUGH = r"""
+set -euo pipefail
+PROBLEM=translate_en_es
+MODEL=transformer
+HPARAMS=mtf_transformer_tiny
+
+DATA_DIR=$PWD/t2t_data
+TMP_DIR=$PWD/t2t_datagen
+TRAIN_DIR=$PWD/t2t_train/$PROBLEM/$MODEL-$HPARAMS
+
+mkdir -p $DATA_DIR $TMP_DIR $TRAIN_DIR
+
+t2t-datagen \
+  --data_dir=$DATA_DIR \
+  --tmp_dir=$TMP_DIR \
+  --problem=$PROBLEM
+
+t2t-trainer \
+  --data_dir=$DATA_DIR \
+  --problem=$PROBLEM \
+  --model=$MODEL \
+  --hparams_set=$HPARAMS \
+  --output_dir=$TRAIN_DIR \
+  --train_steps=20 --local_eval_frequency=10 --eval_steps=2
+
+DECODE_FILE=$DATA_DIR/decode_this.txt
+echo "Hello world" >> $DECODE_FILE
+echo "Goodbye world" >> $DECODE_FILE
+echo -e 'Hola mundo\nAdiós mundo' > ref-translation.es
+
+BEAM_SIZE=4
+ALPHA=0.6
+
+t2t-decoder \
+  --data_dir=$DATA_DIR \
+  --problem=$PROBLEM \
+  --model=$MODEL \
+  --hparams_set=$HPARAMS \
+  --output_dir=$TRAIN_DIR \
+  --decode_hparams="beam_size=$BEAM_SIZE,alpha=$ALPHA" \
+  --decode_from_file=$DECODE_FILE \
+  --decode_to_file=translation.es
+
+cat translation.es
+
+t2t-bleu --translation=translation.es --reference=ref-translation.es > bleu.txt
+
+t2t-decoder --problem=$PROBLEM --data_dir=$DATA_DIR --model=$MODEL --hparams_set=$HPARAMS --output_dir=$TRAIN_DIR \
+  --decode_hparams='num_samples=10'
+t2t-decoder --problem=$PROBLEM --data_dir=$DATA_DIR --model=$MODEL --hparams_set=$HPARAMS --output_dir=$TRAIN_DIR \
+  --decode_hparams="beam_size=$BEAM_SIZE,alpha=$ALPHA" --decode_from_file=$DECODE_FILE
+"""
+
+
+@pytest.mark.slow
+def test_the_t2t_walkthrough_runs_with_its_flags(tmp_path):
+    env = dict(
+        os.environ, PATH=os.pathsep.join([str(REPO / "bin"), os.path.dirname(sys.executable), os.environ["PATH"]])
+    )
+    done = subprocess.run(
+        ["bash", "-c", T2T_WALKTHROUGH], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "translate_en_es.csv is not in --tmp_dir" in done.stderr, "the scratch tmp_dir falls back, saying so"
+    dev_losses = re.findall(r"step (\d+)  dev loss", done.stderr)
+    assert dev_losses == ["10", "20"], "T2T's default schedule evaluates every --local_eval_frequency steps"
+    assert len((tmp_path / "translation.es").read_text().splitlines()) == 2
+    assert re.fullmatch(r"BLEU_uncased = +\d+\.\d\d\nBLEU_cased = +\d+\.\d\d\n", (tmp_path / "bleu.txt").read_text())
+    assert len(re.findall("Inference results OUTPUT: ", done.stderr)) == 10, "num_samples=10 of the dev split"
+    decodes = tmp_path / "t2t_data" / "decode_this.txt.transformer.mtf_transformer_tiny.translate_en_es.beam4.alpha0.6"
+    assert len(Path(f"{decodes}.decodes").read_text().splitlines()) == 2

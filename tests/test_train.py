@@ -87,7 +87,14 @@ def test_finished_run_relaunched_does_nothing(data, copy_run):
 def test_fine_tune_from_a_checkpoint_of_another_problem(data, copy_run, tmp_path):
     source, _ = copy_run
     target = str(tmp_path / "reverse")
-    train(data, target, f"--init_checkpoint={source}", problem=PROBLEMS[1], steps=10)
+    proc = train(data, target, f"--init_checkpoint={source}", problem=PROBLEMS[1], steps=10)
+    # At default verbosity, one line says what was loaded: every weight, the optimizer's slots, and from where.
+    loaded = re.findall(r"--init_checkpoint: loaded (\d+) of the model's (\d+) weight variables and (\d+) optimizer "
+                        r"slots from (\S+) at step (\d+)", proc.stderr)  # fmt: skip
+    assert len(loaded) == 1, proc.stderr[-3000:]
+    weights, of, slots, origin, step = loaded[0]
+    assert weights == of and int(weights) > 10 and int(slots) > 0
+    assert (origin, step) == (os.path.join(source, "model.ckpt-40"), "40")
     start = tf.train.load_checkpoint(os.path.join(target, "model.ckpt-0"))
     done = tf.train.load_checkpoint(tf.train.latest_checkpoint(source))
     for name in ("shared/embedding", "decoder/block_001/layer_002/DenseReluDense/wo/kernel"):
@@ -221,6 +228,18 @@ def test_loss_falls_on_the_shipped_translation_data(tmp_path):
     assert losses[100] < 0.8 * losses[10], losses
     dev = [float(x) for x in re.findall(r"dev loss ([\d.]+)  perplexity", proc.stderr)]
     assert len(dev) == 2 and dev[1] < dev[0]
+
+
+def test_a_run_shorter_than_its_warmup_is_told_which_hparam_to_set():
+    from t2tcli import registry
+    from t2tcli.train import trainer
+
+    hp = registry.hparams("mtf_transformer_small")
+    line = trainer.warn_short_warmup(hp, 2000)
+    assert line is not None and "\n" not in line
+    assert "warmup_steps=10000 is more than --train_steps=2000" in line and "ends at 20% of learning_rate" in line
+    assert "set --hparams=warmup_steps=200" in line
+    assert trainer.warn_short_warmup(hp, 10000) is None and trainer.warn_short_warmup(hp, 0) is None
 
 
 def test_a_resume_may_change_the_activation_dtype_and_nothing_else():

@@ -656,7 +656,7 @@ def test_a_read_only_model_dir_evaluates_into_eval_dir(model_copy, tmp_path):  #
         subprocess.run(["mount", "-o", "remount,ro,bind", str(model_dir)], check=True, capture_output=True)
         before = snapshot(model_dir)
         proc = run_binary("t2t-eval", f"--model_dir={model_dir}", "--max_examples=8")
-        assert_fails_in_one_line(proc, f"--model_dir={model_dir / 'eval_dev'}")
+        assert_fails_in_one_line(proc, f"--model_dir={model_dir / 'eval_dev'}", "--eval_dir")
         results = tmp_path / "results"
         proc = run_binary("t2t-eval", f"--model_dir={model_dir}", "--max_examples=8", f"--eval_dir={results}")
         assert proc.returncode == 0, proc.stderr[-2000:]

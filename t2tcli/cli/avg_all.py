@@ -4,7 +4,8 @@ For every checkpoint of --model_dir from --min_steps on, the average of it and t
 --n - 1 checkpoints before it is written to --output_dir as a checkpoint of the same
 step, so `t2t-eval --model_dir=OUTPUT --checkpoint=all` scores the averaged run. A
 step already averaged there is left as it is; with --wait_minutes it keeps watching
-for new checkpoints until none came for that long.
+for new checkpoints until none came for that long. Without --output_dir it writes to
+model_dir/avg.
 """
 
 from __future__ import annotations
@@ -16,16 +17,23 @@ from absl import flags, logging
 from t2tcli.cli import common
 from t2tcli.errors import UserError
 
-flags.DEFINE_string("output_dir", None, "Where the averaged checkpoints (a usable --model_dir) are written.")
+flags.DEFINE_string(
+    "output_dir", None, "Where the averaged checkpoints (a usable --model_dir) are written (default: model_dir/avg)."
+)
 flags.DEFINE_integer("n", 8, "How many checkpoints each average takes: this one and the ones before it.")
 flags.DEFINE_integer("min_steps", 0, "Average only checkpoints of at least this step.")
 flags.DEFINE_integer("wait_minutes", 0, "Keep watching --model_dir until no new checkpoint came for this long.")
 
 FLAGS = flags.FLAGS
+# Where tensor2tensor's t2t-avg-all writes without --output_dir, here under --model_dir.
+DEFAULT_OUTPUT = "avg"
 
 
 def main() -> None:
-    common.require("model_dir", "output_dir")
+    common.require("model_dir")
+    if not FLAGS.output_dir:
+        FLAGS.output_dir = f"{FLAGS.model_dir.rstrip('/')}/{DEFAULT_OUTPUT}"
+        logging.info("writing the averaged checkpoints to %s", FLAGS.output_dir)
     if FLAGS.n < 1:
         raise UserError(f"--n={FLAGS.n}: must be at least 1")
     from t2tcli.io import preflight

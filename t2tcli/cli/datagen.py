@@ -5,7 +5,7 @@ from __future__ import annotations
 from absl import flags
 
 from t2tcli import registry
-from t2tcli.cli import common
+from t2tcli.cli import common, scratch
 from t2tcli.cli.flags import FLAGS, show_progress
 from t2tcli.errors import UserError
 from t2tcli.io import preflight
@@ -29,6 +29,13 @@ flags.DEFINE_integer(
     None,
     "With --vocab_from=FILE.model: append this many T5 sentinels <extra_id_N> (100 for T5's released "
     "sentencepiece.model, to fit its checkpoints' 32,128 rows). Default: the problem's extra_ids.",
+)
+flags.DEFINE_list(
+    "leave_out_dev_of",
+    [],
+    "PROBLEM[,PROBLEM...]: a self-supervised problem's text leaves out every text of these problems' dev and test "
+    "splits (compared whole, whitespace collapsed), so a model pretrained on it has not seen what it is later "
+    "evaluated on. They are read with the same --tmp_dir.",
 )
 flags.DEFINE_string(
     "beam_runner",
@@ -62,7 +69,7 @@ def main() -> None:
 
     options = datagen.Options(
         data_dir=FLAGS.data_dir,
-        tmp_dir=FLAGS.tmp_dir,
+        tmp_dir=scratch.raw_dir_for(problem, FLAGS.tmp_dir),
         overwrite=FLAGS.overwrite,
         tfds_data_dir=FLAGS.tfds_data_dir,
         num_train_shards=FLAGS.num_shards,
@@ -70,6 +77,7 @@ def main() -> None:
         progress=show_progress(),
         vocab_from=FLAGS.vocab_from,
         vocab_extra_ids=FLAGS.vocab_extra_ids,
+        leave_out_dev_of=tuple(FLAGS.leave_out_dev_of),
     )
     if FLAGS.beam_runner:
         from t2tcli.data import beam_runner

@@ -16,7 +16,12 @@ flags.DEFINE_float(
     "wait_timeout", 3600, "--wait: stop after this many seconds without a new checkpoint (training finished or died)."
 )
 flags.DEFINE_float("wait_poll_seconds", 10, "--wait: how often to look for new checkpoints.")
-flags.DEFINE_integer("max_examples", 0, "Score only the first N examples of each problem's split (0: all).")
+flags.DEFINE_integer(
+    "max_examples",
+    0,
+    "Score only the first N examples of each problem's split (0: all); a self-supervised problem's examples are "
+    "the corrupted pieces its texts are cut into, so N counts pieces, not texts.",
+)
 flags.DEFINE_string(
     "decode_hparams", "", 'Decode settings as for t2t-decode, e.g. "beam_size=4,alpha=0.6,batch_size=64".'
 )
@@ -38,11 +43,10 @@ def main() -> None:
     from t2tcli.decode import engines
     from t2tcli.decode import settings as decode_settings
     from t2tcli.evaluate import evaluation, following, results
-    from t2tcli.io import lock, preflight
+    from t2tcli.io import lock
     from t2tcli.model import checkpoints, loading
 
-    results_dir = FLAGS.eval_dir or results.eval_dir(FLAGS.model_dir, FLAGS.split)
-    preflight.check_output_dir(results_dir, "eval_dir" if FLAGS.eval_dir else "model_dir")
+    results_dir = results.writable_results_dir(FLAGS.model_dir, FLAGS.split, FLAGS.eval_dir)
 
     if FLAGS.wait:
         following.wait_for_run(FLAGS.model_dir, FLAGS.wait_timeout, FLAGS.wait_poll_seconds)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from absl import flags, logging
 
-from t2tcli.cli import common
+from t2tcli.cli import common, recorded_run
 from t2tcli.errors import UserError
 
 flags.DEFINE_string(
@@ -48,6 +48,7 @@ def main() -> None:
     preflight.check_output_dir(FLAGS.export_dir, "export_dir")
 
     model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams, FLAGS.trust_usr_dir)
+    recorded_run.warn_if_other_set(FLAGS.hparams_set, model.info, FLAGS.model_dir)
     decode_hp = decode_settings.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
     decode_settings.refuse_beam_output(decode_hp, "the SavedModel returns the best decode")
     with checkpoints.reading(FLAGS.model_dir, FLAGS.checkpoint_path) as (step, checkpoint, readable):

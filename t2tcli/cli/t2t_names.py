@@ -18,6 +18,8 @@ ALIASES: dict[str, str] = {
     "output_dir": "model_dir",
     "t2t_usr_dir": "usr_dir",
     "problems": "problem",
+    "local_eval_frequency": "eval_every_steps",
+    "warm_start_from": "init_checkpoint",
 }
 
 # tensor2tensor's --model values that name the model t2tcli trains.

@@ -5,9 +5,9 @@ t2t-train --problem=P --hparams_set=H [--hparams=...] --data_dir=D --model_dir=M
 
 from __future__ import annotations
 
-from absl import flags
+from absl import flags, logging
 
-from t2tcli.cli import common
+from t2tcli.cli import common, schedules, scratch
 from t2tcli.cli import eval as eval_cli  # its flags serve tensor2tensor's evaluating schedules
 from t2tcli.cli.flags import FLAGS, show_progress
 from t2tcli.errors import UserError
@@ -21,17 +21,25 @@ flags.DEFINE_integer("save_checkpoints_steps", 1000, "Write a checkpoint every t
 flags.DEFINE_integer("save_checkpoints_secs", 0, "Write a checkpoint every this many seconds instead (0: by steps).")
 flags.DEFINE_integer("keep_checkpoint_max", 5, "Keep this many most recent checkpoints.")
 flags.DEFINE_integer("log_every_steps", 100, "Log step, loss, learning rate, steps/s and tokens/s this often.")
-# tensor2tensor's schedules that only evaluate: t2t-eval's work, run by it.
-EVAL_SCHEDULES = ("evaluate", "continuous_eval")
-flags.DEFINE_enum(
+flags.DEFINE_string(
     "schedule",
-    "train",
-    (*trainer.SCHEDULES, *EVAL_SCHEDULES),
-    "train; train_and_evaluate (dev loss every N steps); evaluate (= t2t-eval: the latest checkpoint's metrics); "
-    "continuous_eval (= t2t-eval --wait: each checkpoint of a run as it is written).",
+    None,
+    "tensor2tensor's schedules: train; train_and_evaluate or continuous_train_and_eval (dev loss every "
+    "--eval_every_steps); evaluate (= t2t-eval: the latest checkpoint's metrics); continuous_eval (= t2t-eval "
+    "--wait: each checkpoint as it is written); test (1 step, then 1 dev batch); T2T's others name the binary that "
+    "does their work. Default: t2t-trainer continuous_train_and_eval, as T2T's; t2t-train train, or "
+    "train_and_evaluate when --eval_steps or --eval_every_steps is given.",
+)
+flags.DEFINE_boolean(
+    "generate_data", False, "Run t2t-datagen for --problem into --data_dir (raw files from --tmp_dir) first."
 )
 flags.DEFINE_integer("eval_every_steps", 0, "train_and_evaluate: evaluate this often (0: --save_checkpoints_steps).")
-flags.DEFINE_integer("eval_steps", 0, "Batches per dev evaluation (0: the whole dev split).")
+flags.DEFINE_integer(
+    "eval_steps",
+    0,
+    "Batches per dev evaluation, fewer when the split ends first (0: the whole dev split; t2t-trainer's default "
+    "is tensor2tensor's 100).",
+)
 flags.DEFINE_string(
     "init_checkpoint",
     "",
@@ -90,16 +98,47 @@ def _mesh_shape() -> str | None:
     return f"batch:{gpus}"
 
 
+def _generate_data() -> None:
+    """tensor2tensor's --generate_data: t2t-datagen for --problem before training (a complete
+    data_dir is left as it is)."""
+    common.require("problem", "data_dir")
+    from t2tcli import registry
+    from t2tcli.data import datagen
+
+    problem = registry.problem(FLAGS.problem)
+    preflight.check_output_dir(FLAGS.data_dir, "data_dir")
+    options = datagen.Options(
+        data_dir=FLAGS.data_dir, tmp_dir=scratch.raw_dir_for(problem, FLAGS.tmp_dir), progress=show_progress()
+    )
+    for line in datagen.generate(problem, options):
+        logging.info("%s", line)
+
+
 def main() -> None:
-    if FLAGS.schedule in EVAL_SCHEDULES:
-        FLAGS.wait = FLAGS.wait or FLAGS.schedule == "continuous_eval"
+    schedule = schedules.resolve(
+        FLAGS.schedule,
+        common.prog_name(),
+        eval_flags_given=bool(FLAGS["eval_steps"].present or FLAGS["eval_every_steps"].present),
+    )
+    if common.prog_name() == schedules.T2T_TRAINER and not FLAGS["eval_steps"].present:
+        FLAGS.eval_steps = schedules.T2T_EVAL_STEPS
+    if schedule in schedules.EVALUATING:
+        FLAGS.wait = FLAGS.wait or schedule == "continuous_eval"
         eval_cli.main()
         return
     common.require("model_dir")
     if FLAGS.save_checkpoints_secs < 0:
         raise UserError(f"--save_checkpoints_secs={FLAGS.save_checkpoints_secs}: must be 0 or more")
+    if FLAGS.eval_steps < 0 or FLAGS.eval_every_steps < 0:
+        bad = "eval_steps" if FLAGS.eval_steps < 0 else "eval_every_steps"
+        raise UserError(f"--{bad}={FLAGS[bad].value}: must be 0 or more")
     if FLAGS.problem:
         common.require("data_dir")
+    if schedule == "test":
+        logging.info("--schedule=test: training to step 1, then one dev batch")
+        FLAGS.train_steps, FLAGS.eval_steps, FLAGS.eval_every_steps = 1, 1, 1
+    if FLAGS.generate_data:
+        _generate_data()
     preflight.check_output_dir(FLAGS.model_dir, "model_dir")
     cfg = trainer.TrainConfig(
         problem=FLAGS.problem or "",
@@ -114,7 +153,7 @@ def main() -> None:
         save_checkpoints_secs=FLAGS.save_checkpoints_secs,
         keep_checkpoint_max=FLAGS.keep_checkpoint_max,
         log_every_steps=FLAGS.log_every_steps,
-        schedule=FLAGS.schedule,
+        schedule=schedules.TRAINER[schedule],
         eval_every_steps=FLAGS.eval_every_steps,
         eval_steps=FLAGS.eval_steps,
         init_checkpoint=FLAGS.init_checkpoint,
@@ -126,7 +165,7 @@ def main() -> None:
         random_seed=FLAGS.random_seed,
         progress=show_progress(),
         usr_dirs=list(FLAGS.usr_dir),
-        flags={name: FLAGS[name].value for name in _RECORDED},
+        flags={**{name: FLAGS[name].value for name in _RECORDED}, "schedule": schedule},
     )
     trainer.run(cfg)
 

@@ -12,10 +12,13 @@ run, whatever the runner and worker count:
 - the vocabulary sample is order-free (the texts of smallest hash), so partial samples
   merge into the local one, and SentencePiece trains once, on one worker;
 - counts, length histograms and skip reports are sums (first skipped lines: the first
-  ones in reading order), gathered into one summary for the launcher (`beam_runner`).
+  ones in reading order), gathered into one summary for the launcher (`beam_runner`),
+  written as JSON (`beam_summary`).
 
-Steps hand each other small typed records, which pickle. Workers rebuild the problem from
-the registry by name (and --usr_dir), which is why a Problem needs no Beam-specific code.
+Steps hand each other small typed records, which Beam pickles in transit; nothing this
+module writes to a file is a pickle. Workers rebuild the problem from the registry by name
+(and --usr_dir code, staged privately and checked against the launcher's digests), which is
+why a Problem needs no Beam-specific code.
 Imports: core, io and data.
 """
 
@@ -23,15 +26,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pickle
 import tempfile
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from t2tcli import registry
-from t2tcli.data import layout, shards
+from t2tcli.data import beam_summary, layout, shards
+from t2tcli.data.beam_summary import TaskStats, TrainedVocab, UnitReport, WrittenShard
 from t2tcli.data.options import Options, read_options_of, split_sources
 from t2tcli.data.packed_encoder import PackedTextEncoder, Spans
 from t2tcli.data.plan import Plan
@@ -48,7 +52,7 @@ from t2tcli.io import atomic, fs
 # TFDS splits are cut into this many ranges, read in parallel (file sources: one part per file).
 TFDS_PARTS = 16
 INSTALL_HINT = "pip install 't2tcli[beam]'"
-SUMMARY = "summary.pkl"
+SUMMARY = beam_summary.NAME
 
 
 def module() -> Any:
@@ -65,6 +69,7 @@ class BeamJob:
 
     problem: str
     code: tuple[registry.CodeBundle, ...]  # the built-in problems and --usr_dir code, sources included
+    code_digests: tuple[str, ...]  # of each bundle, as the launcher read it: workers import nothing else
     options: Options
     staging: str
     shard_counts: dict[tuple[str, str], int]
@@ -81,16 +86,6 @@ class Part:
     hashes: np.ndarray
     inputs: list[str]
     targets: list[str]
-
-
-@dataclasses.dataclass(frozen=True)
-class UnitReport:
-    """What one part of a source read and skipped."""
-
-    task: str
-    source_split: str
-    unit: int
-    report: SourceReport
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,38 +109,18 @@ class ShardBlock:
     sizes: np.ndarray
 
 
-@dataclasses.dataclass(frozen=True)
-class TaskStats:
-    """One problem's examples per split and length histograms, summed over its Parts."""
-
-    task: str
-    counts: dict[str, int]
-    inputs: LengthHistogram
-    targets: LengthHistogram
-
-
-@dataclasses.dataclass(frozen=True)
-class WrittenShard:
-    task: str
-    split: str
-    shard: int
-    records: int
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainedVocab:
-    proto: bytes
-
-
 _PROBLEMS: dict[tuple[str, tuple[str, ...]], Problem] = {}
+_IMPORTING = threading.Lock()  # a worker process runs steps on several threads
 
 
 def problem_of(job: BeamJob) -> Problem:
-    """The job's problem in this worker process, built once from the registry."""
+    """The job's problem in this worker process, built once from the registry, with the
+    job's user code staged privately and checked against the launcher's digests."""
     key = (job.problem, tuple(path for path, _ in job.code))
-    if key not in _PROBLEMS:
-        registry.import_code_bundles(job.code, tempfile.gettempdir())
-        _PROBLEMS[key] = registry.problem(job.problem)
+    with _IMPORTING:
+        if key not in _PROBLEMS:
+            registry.import_code_bundles(job.code, job.code_digests)
+            _PROBLEMS[key] = registry.problem(job.problem)
     return _PROBLEMS[key]
 
 
@@ -216,14 +191,14 @@ def train_vocabulary(job: BeamJob, sample: VocabSample) -> bytes:
 class Encoder:
     """Pairs -> framed records, by the vocabulary the pipeline made (one per worker)."""
 
-    def __init__(self, proto: bytes) -> None:
+    def __init__(self, proto: bytes, supplied: bool = False) -> None:
         with tempfile.NamedTemporaryFile(suffix=".model", delete=False) as f:
             f.write(proto)
         try:
             vocab = Vocabulary(f.name)
         finally:
             os.remove(f.name)
-        self.text_encoder = PackedTextEncoder(vocab)
+        self.text_encoder = PackedTextEncoder(vocab, supplied)
         self.example_encoder = shards.ExampleEncoder()
 
 
@@ -237,7 +212,8 @@ def encode_part(
     encoder = _ENCODERS.get(id(proto))
     if encoder is None:
         _ENCODERS.clear()
-        encoder = _ENCODERS[id(proto)] = Encoder(proto)
+        supplied = bool(job.options.vocab_from or problem_of(job).vocab.source)
+        encoder = _ENCODERS[id(proto)] = Encoder(proto, supplied)
     input_lengths = target_lengths = np.zeros(0, dtype=np.int64)
     count = job.shard_counts[(part.task, part.split)]
     for block, packed_inputs, in_lengths, packed_targets, tg_lengths in encoded_blocks(
@@ -302,7 +278,7 @@ def histogram_sum() -> Any:
 
 
 def write_summary(job: BeamJob, items: list[Any]) -> None:
-    atomic.write_bytes(os.path.join(job.staging, SUMMARY), pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL))
+    atomic.write_bytes(os.path.join(job.staging, SUMMARY), beam_summary.encode(items))
 
 
 def build(pipeline: Any, job: BeamJob, plan: Plan) -> None:

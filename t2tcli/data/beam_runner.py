@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import pickle
 import shlex
 import time
 import uuid
@@ -22,8 +21,9 @@ from typing import Any
 from absl import logging
 
 from t2tcli import registry
-from t2tcli.data import beam_pipeline, layout
-from t2tcli.data.beam_pipeline import BeamJob, TaskStats, TrainedVocab, UnitReport, WrittenShard
+from t2tcli.data import beam_pipeline, beam_summary, layout
+from t2tcli.data.beam_pipeline import BeamJob
+from t2tcli.data.beam_summary import TaskStats, TrainedVocab, UnitReport, WrittenShard
 from t2tcli.data.meta import summary_line
 from t2tcli.data.options import Options, num_shards, split_sources
 from t2tcli.data.plan import Plan, holding, plan, remove_outputs
@@ -32,7 +32,7 @@ from t2tcli.data.stages import ReadTotals, SourceReport, check_skipped, require_
 from t2tcli.data.vocab import Vocabulary, write_model
 from t2tcli.data.writer import finish_task
 from t2tcli.errors import UserError
-from t2tcli.io import atomic, fs
+from t2tcli.io import atomic, fs, scratch
 
 RUNNERS = ("DirectRunner", "DataflowRunner", "FlinkRunner", "SparkRunner", "PortableRunner", "FnApiRunner")
 
@@ -128,9 +128,11 @@ def _launch(
     if not work.pending:
         return summaries
     staging = os.path.join(options.data_dir, layout.staging_name(problem.name, uuid.uuid4().hex[:12]))
+    code = registry.code_bundles(usr_dirs)
     job = BeamJob(
         problem.name,
-        registry.code_bundles(usr_dirs),
+        code,
+        tuple(registry.code_digest(bundle) for bundle in code),
         options,
         staging,
         {(task.name, split): count for task in work.pending for split, count in num_shards(task, options).items()},
@@ -153,7 +155,10 @@ def _launch(
         remove_outputs(task, options.data_dir)
     for stale in fs.glob_in(options.data_dir, layout.staging_name(problem.name)):  # what a killed launcher left
         fs.rmtree(stale)
-    fs.makedirs(staging)
+    if fs.is_remote(staging):
+        fs.makedirs(staging)
+    else:  # made here, not found: nothing planted under its name is written through
+        scratch.fresh_dir(staging)
     start = time.monotonic()
     try:
         try:
@@ -162,7 +167,8 @@ def _launch(
             raise
         except Exception as exc:  # noqa: BLE001 - any runner's failure becomes one line
             raise UserError(f"--beam_runner={runner}: {failure_line(exc)}") from None
-        items = pickle.loads(fs.read_bytes(os.path.join(staging, beam_pipeline.SUMMARY)))
+        summary = os.path.join(staging, beam_pipeline.SUMMARY)
+        items = beam_summary.decode(fs.read_bytes(summary), summary)
         seconds = time.monotonic() - start
         return summaries + finish(work, job, items, seconds)
     finally:
@@ -192,6 +198,7 @@ def finish(work: Plan, job: BeamJob, items: list[Any], seconds: float) -> list[s
         totals[task.name] = ReadTotals(work.fingerprints[task.name])
         for source_split, source in sources.items():
             report = merged_report(source.origin, source_split, reports.get((task.name, source_split), []))
+            report.name = source.recorded_name()
             check_skipped(task, source, report)
             totals[task.name].reports.append(report)
         totals[task.name].counts = dict(stats[task.name].counts) if task.name in stats else {}

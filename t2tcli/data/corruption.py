@@ -85,12 +85,11 @@ def corrupt(objective: Objective, tokens: tf.Tensor, seed: tf.Tensor, room: Room
     )
 
 
-def corrupted(documents: tf.data.Dataset, objective: Objective, room: Room, seed: int, origin: str) -> tf.data.Dataset:
-    """Documents (1-D token ids, EOS-free) -> the objective's examples, without EOS.
+def check_fits(objective: Objective, room: Room, origin: str) -> int:
+    """The objective's piece length at the room's lengths, or a one-line error when its
+    examples cannot fit them or the vocabulary (`origin`) has too few sentinels.
 
-    The documents are concatenated and cut into pieces of the objective's length (a last
-    piece under `MIN_PIECE` tokens is dropped); piece k is corrupted from the stateless
-    seed (seed, k). `origin` names the vocabulary in the error for a lack of sentinels.
+    Training runs it before it writes anything, so a run refused here leaves nothing behind.
     """
     piece = objective.piece_length(room.inputs_length, room.targets_length)
     needed = objective.sentinels_needed(room.inputs_length, room.targets_length)
@@ -100,6 +99,17 @@ def corrupted(documents: tf.data.Dataset, objective: Objective, room: Room, seed
             f"{objective.name} at inputs_length={room.inputs_length} needs {needed}: remake it with "
             f"VocabSpec(extra_ids={max(needed, 100)}) or t2t-datagen --vocab_extra_ids={max(needed, 100)}"
         )
+    return piece
+
+
+def corrupted(documents: tf.data.Dataset, objective: Objective, room: Room, seed: int, origin: str) -> tf.data.Dataset:
+    """Documents (1-D token ids, EOS-free) -> the objective's examples, without EOS.
+
+    The documents are concatenated and cut into pieces of the objective's length (a last
+    piece under `MIN_PIECE` tokens is dropped); piece k is corrupted from the stateless
+    seed (seed, k). `origin` names the vocabulary in the error for a lack of sentinels.
+    """
+    piece = check_fits(objective, room, origin)
     pieces = documents.unbatch().batch(piece).filter(lambda tokens: tf.size(tokens) >= MIN_PIECE)
 
     def piece_example(index: tf.Tensor, tokens: tf.Tensor) -> dict[str, tf.Tensor]:

@@ -24,7 +24,7 @@ from t2tcli.data.options import Options
 from t2tcli.data.plan import holding, plan, remove_outputs
 from t2tcli.data.problem import Problem
 from t2tcli.data.stages import split_records, tuned_for_batches
-from t2tcli.io import fs
+from t2tcli.io import scratch
 
 __all__ = ["Options", "generate", "split_records"]
 
@@ -34,7 +34,7 @@ def generate(problem: Problem, options: Options) -> list[str]:
     with holding(problem, options.data_dir):
         work = plan(problem, options)
         for task in work.pending + work.complete:  # what a killed run left, complete components' too
-            fs.rmtree(layout.work_dir(options.data_dir, task.name))
+            scratch.remove_dir(layout.work_dir(options.data_dir, task.name))
         summaries = work.skipped_summaries()
         if not work.pending:
             return summaries

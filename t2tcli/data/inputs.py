@@ -85,6 +85,23 @@ def room(vocab_file: str, inputs_length: int, targets_length: int) -> Room:
     )
 
 
+def check_ready(data_dir: str, problem_name: str, hp: HParams, splits: tuple[str, ...] = ("train",)) -> None:
+    """A one-line error when a component's shards of `splits` are missing, or a
+    self-supervised component's examples cannot fit `hp`'s lengths or its vocabulary's
+    sentinels: what reading would fail on, checked before a run writes anything."""
+    components = registry.problem(problem_name).components()
+    for task, _ in components:
+        for split in splits:
+            layout.data_files(data_dir, task.name, split)
+        if task.objective is not None:
+            vocab_file = task.vocab_file(data_dir)
+            fit = room(vocab_file, int(hp.inputs_length), int(hp.targets_length))
+            corruption.check_fits(task.objective, fit, vocab_file)
+    if len(components) > 1:
+        for split in splits:
+            _rates(components, data_dir, split)
+
+
 def documents(ds: tf.data.Dataset) -> tf.data.Dataset:
     """A self-supervised problem's parsed records -> its texts' token ids, EOS dropped."""
 

@@ -12,12 +12,11 @@ import glob
 import hashlib
 import json
 import os
-import tempfile
 from typing import Any
 
 from t2tcli import registry
 from t2tcli.errors import UserError
-from t2tcli.io import fs
+from t2tcli.io import fs, scratch
 
 SPLITS = ("train", "dev", "test")
 _INDEX = "[0-9]" * 5  # shard_path's `{index:05d}`
@@ -51,11 +50,13 @@ def work_dir(data_dir: str, problem_name: str) -> str:
     It is always on the local disk: its files are appended to in small pieces and read
     back, which object stores do not do, and only the finished shards need to reach a
     remote data_dir. For a local data_dir it lies inside it (one file system, so renames
-    stay cheap and a killed run's leftovers stay where the next run clears them).
+    stay cheap and a killed run's leftovers stay where the next run clears them); for a
+    remote one, inside this user's private temporary directory, never at a name in the
+    shared one that another user could take first.
     """
     if fs.is_remote(data_dir):
         where = hashlib.sha1(data_dir.rstrip("/").encode()).hexdigest()[:16]
-        return os.path.join(tempfile.gettempdir(), f"t2tcli-datagen-{where}", f".{problem_name}.work")
+        return os.path.join(scratch.user_temp_dir(), f"datagen-{where}.{problem_name}.work")
     return os.path.join(data_dir, f".{problem_name}.work")
 
 

@@ -3,8 +3,9 @@
 Pass 1 (`read_task`) streams each source through the shared stages into a spool, or, when
 the vocabulary exists already, straight into the shard writer; the vocabulary is made
 between the passes; pass 2 (`write_task`) encodes the spool into shards and the meta file.
-Work directories are local scratch (`layout.work_dir`), removed whatever happens. Imports: io
-and data (layout, meta, options, plan, problem, spool, stages, stats, vocab_sources and writer).
+Work directories are local scratch (`layout.work_dir`), made fresh and private through
+`t2tcli.io.scratch` and removed whatever happens, a full disk included. Imports: io and
+data (layout, meta, options, plan, problem, spool, stages, stats, vocab_sources and writer).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from t2tcli.data.stages import require_train, split_chunks
 from t2tcli.data.stats import VocabSample
 from t2tcli.data.vocab_sources import make_vocabulary
 from t2tcli.data.writer import ShardWriter
-from t2tcli.io import fs
+from t2tcli.io import scratch
 
 
 def run(work: Plan, options: Options) -> list[str]:
@@ -33,13 +34,16 @@ def run(work: Plan, options: Options) -> list[str]:
         for task in work.pending:
             start = time.monotonic()
             work_dir = layout.work_dir(options.data_dir, task.name)
-            writer = ShardWriter(task, work_dir, work.vocab_file, options)
+            scratch.fresh_dir(work_dir)
             try:
-                spool = read_task(task, options, work.fingerprints[task.name], None, writer)
-                meta = writer.finish(spool)
+                writer = ShardWriter(task, work_dir, work.vocab_file, options)
+                try:
+                    spool = read_task(task, options, work.fingerprints[task.name], None, writer)
+                    meta = writer.finish(spool)
+                finally:
+                    writer.close()
             finally:
-                writer.close()
-                fs.rmtree(work_dir)
+                scratch.remove_dir(work_dir)
             summaries.append(summary_line(meta, time.monotonic() - start))
         return summaries
     sample = VocabSample(work.problem.vocab.max_training_sentences) if work.source_vocab is None else None
@@ -62,7 +66,7 @@ def run(work: Plan, options: Options) -> list[str]:
             summaries.append(summary_line(meta, seconds[task.name]))
     finally:
         for spool in spools.values():
-            fs.rmtree(spool.work_dir)
+            scratch.remove_dir(spool.work_dir)
     return summaries
 
 
@@ -75,30 +79,28 @@ def read_task(
 ) -> Spool:
     """Pass 1: source -> skipped/filtered counts, split assignment, text spool, vocab sample.
 
-    With a `writer` (the vocabulary exists already), rows go to it instead of the spool.
+    With a `writer` (the vocabulary exists already), rows go to it instead of the spool,
+    and to the work directory the caller made for it.
     """
-    work_dir = layout.work_dir(options.data_dir, task.name)
-    fs.rmtree(work_dir)
-    fs.makedirs(work_dir)
+    work_dir = writer.work_dir if writer is not None else layout.work_dir(options.data_dir, task.name)
+    if writer is None:
+        scratch.fresh_dir(work_dir)
     spool = Spool(fingerprint, work_dir=work_dir)
-    failed = True
-    try:
-        for part in split_chunks(task, options, spool.reports):
-            split, inputs, targets = part.split, part.inputs, part.targets
-            if writer is not None:
-                writer.add(split, part.hashes, inputs, targets)
-            else:
-                spool.append(split, part.hashes, inputs, targets)
-            spool.counts[split] = spool.counts.get(split, 0) + len(inputs)
-            if split == "train" and sample is not None:
-                sample.add(inputs)
-                sample.add(targets)
-        failed = False
-    finally:
-        spool.close()
-        if failed:  # nothing of a failed run stays behind
-            fs.rmtree(work_dir)
-    require_train(task, options, spool.counts)
+    with scratch.removed_on_failure(work_dir):  # nothing of a failed run stays behind
+        try:
+            for part in split_chunks(task, options, spool.reports):
+                split, inputs, targets = part.split, part.inputs, part.targets
+                if writer is not None:
+                    writer.add(split, part.hashes, inputs, targets)
+                else:
+                    spool.append(split, part.hashes, inputs, targets)
+                spool.counts[split] = spool.counts.get(split, 0) + len(inputs)
+                if split == "train" and sample is not None:
+                    sample.add(inputs)
+                    sample.add(targets)
+        finally:
+            spool.close()
+        require_train(task, options, spool.counts)
     return spool
 
 

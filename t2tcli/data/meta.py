@@ -53,7 +53,7 @@ def build_meta(
             "total": sum(r.skipped for r in totals.reports),
             "sources": {
                 r.split: {
-                    "source": os.path.basename(r.origin),
+                    "source": r.name or os.path.basename(r.origin),
                     "rows": r.rows,
                     "skipped": r.skipped,
                     "first_lines": r.first_skipped_lines,

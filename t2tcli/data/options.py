@@ -2,7 +2,7 @@
 split, its shard counts, its read settings and progress bars.
 
 Both runners (local and Beam) derive these the same way from here. Imports: core and
-data (layout, problem and source_base).
+data (layout, leave_out, problem and source_base).
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ class Options:
     progress: bool | None = None  # None: a bar only when stderr is a terminal
     vocab_from: str | None = None  # a SentencePiece model or HF model directory to use as the vocabulary
     vocab_extra_ids: int | None = None  # T5 sentinels to append to it (None: the problem's extra_ids)
+    # Problems whose dev and test texts a self-supervised problem's text leaves out (t2tcli.data.leave_out).
+    leave_out_dev_of: tuple[str, ...] = ()
 
 
 def split_sources(task: Text2TextProblem, options: Options) -> dict[str, Source]:
@@ -41,7 +43,9 @@ def split_sources(task: Text2TextProblem, options: Options) -> dict[str, Source]
     unknown = set(sources) - set(SPLITS)
     if unknown or "train" not in sources:
         raise UserError(f"problem '{task.name}': source() splits {sorted(sources)}; expected train [, dev, test]")
-    return sources
+    from t2tcli.data.leave_out import leaving_out
+
+    return leaving_out(task, sources, options)
 
 
 def num_shards(task: Text2TextProblem, options: Options) -> dict[str, int]:

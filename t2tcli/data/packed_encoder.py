@@ -260,8 +260,12 @@ class _KeyedRows:
 class PackedTextEncoder:
     """Encodes batches of texts to (packed varint id bytes as `Spans`, id counts)."""
 
-    def __init__(self, vocab: Vocabulary) -> None:
+    def __init__(self, vocab: Vocabulary, supplied: bool = False) -> None:
+        """`supplied`: the vocabulary came from the user (--vocab_from, VocabSpec.from_file or
+        from_model), so a slower encoding is worth a line saying what to do about it; one
+        datagen trained itself leaves nothing to act on."""
         self.vocab = vocab
+        self.supplied = supplied
         self._checked = 0
         self._unchecked = 0
         self.use_word_cache = _splits_by_whitespace(vocab)
@@ -353,11 +357,15 @@ class PackedTextEncoder:
         self._unchecked = 0
         expected, _ = self._whole(texts[:size])
         if expected.tolist() != packed.take(slice(0, size)).tolist():
-            logging.info(
-                "%s does not encode a text as the concatenation of its space-separated words (it keeps "
-                "whitespace, or is not split at spaces): every text is encoded whole, which is slower",
-                self.vocab.model_file,
-            )
+            if self.supplied:
+                logging.info(
+                    "%s does not encode a text as the concatenation of its space-separated words, so datagen "
+                    "encodes each text whole: the ids are right, only slower; a vocabulary datagen trains "
+                    "itself (no --vocab_from) encodes faster",
+                    self.vocab.model_file,
+                )
+            else:
+                logging.vlog(1, "%s: encoding each text whole", self.vocab.model_file)
             self.use_word_cache = False
             return self._whole(texts)
         return packed, counts

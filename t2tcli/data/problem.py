@@ -129,6 +129,9 @@ class SelfSupervisedProblem(Text2TextProblem):
 
     objective: ClassVar[Objective | None] = SpanCorruption()
     text_field: ClassVar[str] = "text"
+    # Problems (e.g. the one a model pretrained here is fine-tuned on) whose dev and test texts
+    # this text leaves out, so they stay unseen (t2tcli.data.leave_out; also t2t-datagen --leave_out_dev_of).
+    leave_out_dev_of: ClassVar[tuple[str, ...]] = ()
     vocab = VocabSpec(name="text", size=8000, extra_ids=100)
     metrics = ("token_accuracy",)
     columnwise = True

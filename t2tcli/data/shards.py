@@ -12,7 +12,8 @@ Each split's records are first appended, already framed, to one bucket file per 
 (chosen by a hash of the row key); then each bucket is read back, shuffled with a
 seeded RNG for the train split, and written as a TFRecord under a temporary name that
 is renamed when complete. Memory is bounded by the size of one shard, not of the data
-set. Buckets are the local run's own scratch files (plain `open`), named by `layout`.
+set. Buckets are the local run's own scratch files, named by `layout`, made and read back
+through `t2tcli.io.scratch` (no symlink followed, no FIFO read).
 Imports: io and data (layout, packed_encoder and vocab).
 """
 
@@ -27,7 +28,7 @@ import numpy as np
 from t2tcli.data import layout
 from t2tcli.data.packed_encoder import Spans, interleave, pack_ids, varint
 from t2tcli.data.vocab import EOS_ID
-from t2tcli.io import atomic
+from t2tcli.io import atomic, scratch
 
 _EOS = varint(EOS_ID)
 # A map entry: field 1 (the key string), then the tag of field 2 (the Feature value).
@@ -105,7 +106,7 @@ class SplitBuckets:
 
     def __init__(self, work_dir: str, split: str, count: int) -> None:
         self.paths = [layout.bucket_path(work_dir, split, i) for i in range(count)]
-        self._files = [open(p, "wb") for p in self.paths]  # noqa: SIM115 - closed in close()
+        self._files = [scratch.create_file(p) for p in self.paths]
 
     def add(self, shards: np.ndarray, records: Spans) -> None:
         order = np.argsort(shards, kind="stable")
@@ -117,12 +118,20 @@ class SplitBuckets:
                 f.write(block.joined())
 
     def close(self) -> None:
+        """Closes every bucket, each one even when another fails (a full disk fails the flush)."""
+        failure: OSError | None = None
         for f in self._files:
-            f.close()
+            try:
+                f.close()
+            except OSError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
 
 def read_bucket(path: str) -> Spans:
-    data = np.fromfile(path, dtype=np.uint8)
+    with scratch.open_file(path) as f:
+        data = np.fromfile(f, dtype=np.uint8)
     starts: list[np.ndarray] = []
     sizes: list[np.ndarray] = []
     offset = 0

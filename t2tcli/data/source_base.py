@@ -76,6 +76,10 @@ class Source:
         """Changes whenever the records would change, so stale outputs are regenerated."""
         raise NotImplementedError
 
+    def recorded_name(self) -> str:
+        """What the meta file records as this source: its file's name."""
+        return os.path.basename(self.origin)
+
 
 def shipped_data(package: str, *parts: str) -> str:
     """The path of data that `package` ships inside itself, as `raw_dir`'s fallback.

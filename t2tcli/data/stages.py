@@ -44,6 +44,8 @@ class SourceReport:
     skipped: int = 0
     first_skipped_lines: list[int | str] = dataclasses.field(default_factory=list)
     filtered: int = 0
+    # What the meta file records as the source (default: the origin's file name).
+    name: str = ""
 
     def merge(self, other: SourceReport) -> None:
         """Adds the report of the next part of the source, in reading order."""
@@ -137,7 +139,7 @@ def split_chunks(task: Text2TextProblem, options: Options, reports: list[SourceR
     preprocess = ChunkPreprocessor(task)
     with progress(options, f"{task.name}: reading") as bar:
         for source_split, source in sources.items():
-            report = SourceReport(source.origin, source_split)
+            report = SourceReport(source.origin, source_split, name=source.recorded_name())
             reports.append(report)
             for chunk in source.chunks(read_options):
                 gc.collect(1)  # cycles from the previous chunk: young objects only, cheap

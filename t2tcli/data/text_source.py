@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 from collections.abc import Iterator, Sequence
 from typing import IO
 
@@ -53,6 +54,12 @@ class TextSource(_FileSource):
 
     def units(self, options: ReadOptions) -> list[tuple[int, str]]:
         return list(enumerate(self.files()))
+
+    def recorded_name(self) -> str:
+        """The patterns (or files) that found files, by their names (`*.txt`, or `*.txt, *.txt.gz`
+        when both did): what the text was read from, not every pattern looked for."""
+        found = [p for p in self.patterns if (fs.glob(p) if any(c in p for c in "*?[") else fs.exists(p))]
+        return ", ".join(os.path.basename(pattern) for pattern in found or self.patterns)
 
     def fingerprint(self) -> str:
         parts = []

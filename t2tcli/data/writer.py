@@ -76,7 +76,7 @@ class ShardWriter:
     def __init__(self, task: Text2TextProblem, work_dir: str, vocab_file: str, options: Options) -> None:
         self.task, self.work_dir, self.vocab_file, self.options = task, work_dir, vocab_file, options
         self.vocab = Vocabulary(vocab_file)
-        self.text_encoder = PackedTextEncoder(self.vocab)
+        self.text_encoder = PackedTextEncoder(self.vocab, supplied=bool(options.vocab_from or task.vocab.source))
         self.example_encoder = shards.ExampleEncoder()
         self.counts = num_shards(task, options)
         self.lengths = {"inputs": LengthHistogram(), "targets": LengthHistogram()}

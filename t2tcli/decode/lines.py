@@ -73,6 +73,8 @@ class LineJob:
     beam_scores: bool = False
     # What ends each output record: a newline, or tensor2tensor's decode hparam delimiter.
     delimiter: str = "\n"
+    # How a score is written (a format spec): tensor2tensor's decoder writes its own precisions.
+    score_format: str = ".6g"
 
     def tokens(self, text: str) -> list[int]:
         """The ids of `text`, tokenized no further than `max_chars` characters.
@@ -161,7 +163,7 @@ def _rows(lines: Iterable[str], job: LineJob, writer: OrderedWriter, stats: Stat
 def _text(prediction: dict[str, Any], job: LineJob, stats: Stats, scoring: bool) -> str:
     """A row's output line: its score when scoring, else its decoded text (escaped)."""
     if scoring:
-        return f"{float(prediction['scores']):.6g}"
+        return f"{float(prediction['scores']):{job.score_format}}"
     outputs = np.asarray(prediction["outputs"])
     beams = outputs.reshape(-1, outputs.shape[-1])  # one row, or every beam of return_beams
     scores = np.asarray(prediction.get("scores", 0.0), dtype=np.float64).reshape(-1)
@@ -172,7 +174,7 @@ def _text(prediction: dict[str, Any], job: LineJob, stats: Stats, scoring: bool)
             stats.output_tokens += sum(1 for i in row[:n] if i != PAD_ID)
         fields.append(text_files.escape(job.decode(row), tabs=len(beams) > 1 or job.beam_scores))
         if job.beam_scores:
-            fields.append(f"{scores[min(rank, len(scores) - 1)]:.6g}")
+            fields.append(f"{scores[min(rank, len(scores) - 1)]:{job.score_format}}")
     return "\t".join(fields)
 
 

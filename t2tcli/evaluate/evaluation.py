@@ -4,8 +4,9 @@ Per checkpoint and problem (each component of a mixture separately) it decodes t
 split, applies the problem's `postprocess` to predictions and targets, computes the
 problem's metrics, and the teacher-forced loss and perplexity of the targets. Results
 go to a JSON lines file and TensorBoard summaries under `model_dir/eval_<split>`, the
-decoded texts to `<problem>-<step>.predictions.txt` beside them (one line per example,
-in the split's order, as t2t-decode writes lines).
+decoded texts to `<problem>-<step>.predictions.txt` beside them, with the inputs and
+targets they answer in `<problem>-<step>.inputs.txt` and `.targets.txt` (one line per
+example, in the split's order, as t2t-decode writes lines), so they pair line by line.
 
 The model is behind a small `DecodesAndScores` interface, so the orchestration (which
 checkpoints, output files) is tested without one; results are written by
@@ -123,9 +124,14 @@ class Evaluator:
         for task in self.tasks:
             n = len(task.examples)
             texts = [self.decode_text(ids) for ids in outputs[offset : offset + n]]
+            target_texts = [self.decode_text(ids) for ids in targets[offset : offset + n]]
+            inputs_file = self.sink.write_lines(
+                task.name, step, "inputs", [self.decode_text(ids) for ids in inputs[offset : offset + n]]
+            )
+            targets_file = self.sink.write_lines(task.name, step, "targets", target_texts)
             predictions_file = self.sink.write_predictions(task.name, step, texts)
             preds = [task.postprocess(text) for text in texts]
-            refs = [task.postprocess(self.decode_text(ids)) for ids in targets[offset : offset + n]]
+            refs = [task.postprocess(text) for text in target_texts]
             values = metrics.compute(task.metric_names, refs, preds)
             output_ids = [_strip_eos(ids) for ids in outputs[offset : offset + n]]
             target_ids = [_strip_eos(ids) for ids in targets[offset : offset + n]]
@@ -143,6 +149,8 @@ class Evaluator:
                 "examples": n,
                 "metrics": values,
                 "predictions": predictions_file,
+                "inputs": inputs_file,
+                "targets": targets_file,
                 "seconds": round(time.monotonic() - started, 3),
             }
             self.sink.write(record)
@@ -151,19 +159,25 @@ class Evaluator:
 
 
 def corrupted_examples(
-    task: problem_lib.Text2TextProblem, docs: list[Example], data_dir: str, lengths: tuple[int, int]
+    task: problem_lib.Text2TextProblem, data_dir: str, split: str, lengths: tuple[int, int], limit: int = 0
 ) -> list[Example]:
     """A self-supervised problem's texts as its objective makes examples of them, with the
-    seed training's own evaluation uses (`inputs.EVAL_SEED`)."""
+    seed training's own evaluation uses (`inputs.EVAL_SEED`): the first `limit` examples
+    (0: all), reading only as many texts as they take."""
     from t2tcli.compat import tf
     from t2tcli.data import corruption, inputs
 
-    texts = tf.data.Dataset.from_generator(
-        lambda: (ex.targets for ex in docs), output_signature=tf.TensorSpec([None], tf.int32)
+    records = tf.data.TFRecordDataset(layout.data_files(data_dir, task.name, split))
+    spec = {"targets": tf.io.VarLenFeature(tf.int64)}
+    texts = records.map(
+        lambda record: tf.cast(tf.sparse.to_dense(tf.io.parse_single_example(record, spec)["targets"]), tf.int32)
     )
+    texts = texts.map(lambda ids: tf.cond(tf.reduce_any(tf.equal(ids[-1:], EOS_ID)), lambda: ids[:-1], lambda: ids))
     vocab_file = task.vocab_file(data_dir)
     room = inputs.room(vocab_file, *lengths)
     made = corruption.corrupted(texts, task.objective, room, inputs.EVAL_SEED, vocab_file)
+    if limit:
+        made = made.take(limit)
     return [Example(ex["inputs"].tolist(), ex["targets"].tolist()) for ex in made.as_numpy_iterator()]
 
 
@@ -178,11 +192,13 @@ def tasks_for(
         if split not in splits:
             have = ", ".join(sorted(splits)) or "none"
             raise UserError(f"problem '{task.name}' has no '{split}' split (its source defines {have})")
-        examples = read_examples(data_dir, task.name, split, limit)
+        # --max_examples counts examples: a self-supervised problem's are pieces of its texts, not the texts.
+        if task.objective is not None:
+            examples = corrupted_examples(task, data_dir, split, lengths, limit)
+        else:
+            examples = read_examples(data_dir, task.name, split, limit)
         if not examples:
             raise UserError(f"problem '{task.name}' has no '{split}' examples in {data_dir}")
-        if task.objective is not None:
-            examples = corrupted_examples(task, examples, data_dir, lengths)[: limit or None]
         if not any(ex.targets for ex in examples):
             raise UserError(
                 f"the '{split}' split of problem '{task.name}' is unlabeled (every target is empty): there is "

@@ -1,5 +1,5 @@
 """Where t2t-eval's results go: a JSON lines file of records, TensorBoard scalars, the
-decoded texts, and the table printed at the end.
+decoded texts with the inputs and targets they pair with, and the table printed at the end.
 
 A record is written whole or not at all, and a checkpoint evaluated again replaces its
 earlier record, so the results file can be read (and evaluation restarted) at any time.
@@ -13,13 +13,31 @@ import json
 import os
 from typing import Any
 
-from t2tcli.io import atomic, fs, text_files
+from t2tcli.errors import UserError
+from t2tcli.io import atomic, fs, preflight, text_files
 
 RESULTS_FILE = "metrics.jsonl"
 
 
 def eval_dir(model_dir: str, split: str) -> str:
     return os.path.join(model_dir, f"eval_{split}")
+
+
+def writable_results_dir(model_dir: str, split: str, chosen: str | None) -> str:
+    """The results directory (`chosen`, else model_dir/eval_<split>), checked before any work.
+
+    Where the default one cannot be written (a read-only model_dir), the one-line error
+    says that --eval_dir is how such a model_dir is evaluated.
+    """
+    if chosen:
+        preflight.check_output_dir(chosen, "eval_dir")
+        return chosen
+    directory = eval_dir(model_dir, split)
+    try:
+        preflight.check_output_dir(directory, "model_dir")
+    except UserError as exc:
+        raise UserError(f"{exc}; pass --eval_dir=DIR to write the results elsewhere") from None
+    return directory
 
 
 class ResultsSink:
@@ -39,7 +57,13 @@ class ResultsSink:
     def write_predictions(self, problem: str, step: int, texts: list[str]) -> str:
         """Writes the decoded texts, one line each (escaped as t2t-decode writes them), in
         the split's order; returns the file's name within the directory."""
-        name = f"{problem}-{step}.predictions.txt"
+        return self.write_lines(problem, step, "predictions", texts)
+
+    def write_lines(self, problem: str, step: int, kind: str, texts: list[str]) -> str:
+        """Writes `<problem>-<step>.<kind>.txt` whole or not at all, one escaped line per
+        example in the split's order, so its line N pairs with line N of the others (inputs,
+        targets, predictions); returns the file's name within the directory."""
+        name = f"{problem}-{step}.{kind}.txt"
         fs.makedirs(self.directory)
         atomic.write_text(os.path.join(self.directory, name), "".join(text_files.escape(t) + "\n" for t in texts))
         return name

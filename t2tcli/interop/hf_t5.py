@@ -11,7 +11,6 @@ writes.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -27,7 +26,8 @@ from t2tcli.data.hf_vocab import CONFIG, SPIECE, TOKENIZER_CONFIG
 from t2tcli.data.hf_vocab import is_model_dir as is_model_dir  # the directory test is data's: callers ask here
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
-from t2tcli.io import atomic, fs
+from t2tcli.interop import export_files
+from t2tcli.io import fs
 from t2tcli.model.weight_names import (
     GLOBAL_STEP,
     LOGITS,
@@ -286,8 +286,8 @@ def export(
     """Writes a Hugging Face T5 directory (config, safetensors, SentencePiece) into export_dir.
 
     `values` are the model's weights under mesh names (e.g. read from a checkpoint). The
-    directory is assembled beside export_dir and renamed into place, so export_dir is
-    either complete or absent; on a remote file system, see `_write_remote`.
+    directory is written whole (`export_files.write_whole`): complete or absent, config.json
+    last where an object store allows no rename.
     """
     from safetensors.numpy import save
 
@@ -296,8 +296,7 @@ def export(
             f"ffn_activation={hp.ffn_activation!r} has no Hugging Face T5 equivalent "
             f"(exportable: {', '.join(_TO_HF_ACTIVATION)})"
         )
-    if fs.exists(export_dir) and (not fs.isdir(export_dir) or fs.listdir(export_dir)):
-        raise UserError(f"--export_dir={export_dir} exists and is not an empty directory")
+    target = export_files.place(export_dir)
     arch = Architecture.from_hparams(hp, vocab_size)
     tensors = {}
     for mesh_name, hf in hf_names(arch).items():
@@ -344,32 +343,11 @@ def export(
         SPIECE: spiece,
         CONFIG: _json_bytes(config),  # last: loaders look for it first
     }
-    if fs.is_remote(export_dir):
-        _write_remote(files, export_dir)
-        return
-    with atomic.staged_directory(export_dir) as staging:  # replaces an empty export_dir, checked above
-        for name, data in files.items():
-            with open(os.path.join(staging, name), "wb") as f:
-                f.write(data)
+    export_files.write_whole(files, target)
 
 
 def _json_bytes(content: dict[str, Any]) -> bytes:
     return (json.dumps(content, indent=2, sort_keys=True) + "\n").encode()
-
-
-def _write_remote(files: dict[str, bytes], export_dir: str) -> None:
-    """Each file whole or absent, config.json last: object stores rename no directories,
-    so a directory that lacks config.json is what an interrupted export leaves, and no
-    loader takes it for a model. A failure removes what was written."""
-    fs.makedirs(export_dir)
-    try:
-        for name, data in files.items():
-            atomic.write_bytes(f"{export_dir.rstrip('/')}/{name}", data)
-    except BaseException:
-        for name in files:
-            with contextlib.suppress(OSError):
-                fs.remove(f"{export_dir.rstrip('/')}/{name}")
-        raise
 
 
 def mesh_values_from_checkpoint(checkpoint_path: str, hp: HParams, vocab_size: int) -> dict[str, np.ndarray]:

@@ -2,17 +2,22 @@
 
 Datagen's outputs may live on GCS when its pipeline runs on Beam workers. Local paths go
 through `os` and never import TensorFlow (whose import costs seconds per run); a path with
-a scheme goes through `tf.io.gfile`, whose rename on GCS is a copy and a delete.
+a scheme goes through `tf.io.gfile`, whose rename on GCS is a copy and a delete. Every such
+call is a `remote_call` for the stop-signal watcher: TensorFlow's GCS client retries in
+native code, where Python's own signal handlers never run.
 """
 
 from __future__ import annotations
 
 import glob as globlib
 import os
+import re
 import shutil
 import tempfile
 import uuid
 from typing import IO, Any
+
+from t2tcli import interrupts
 
 
 def is_remote(path: str) -> bool:
@@ -49,7 +54,8 @@ class _Gfile:
         def call(path: str, *args: Any, **kwargs: Any) -> Any:
             load_file_system_plugins(path)
             try:
-                return function(path, *args, **kwargs)
+                with interrupts.remote_call(path):
+                    return function(path, *args, **kwargs)
             except tf.errors.OpError as exc:
                 detail = " ".join(str(exc.message).split())[:300]
                 if isinstance(exc, tf.errors.UnimplementedError) and "scheme" in detail:
@@ -64,19 +70,65 @@ def _gfile() -> Any:
     return _Gfile()
 
 
+class BucketError(OSError):
+    """A gs:// bucket that does not exist, refuses this process, or does not answer."""
+
+    def __init__(self, path: str, bucket: str, reason: str) -> None:
+        super().__init__(f"{path}: bucket gs://{bucket} {reason}")
+        self.path = path
+        self.reason = f"bucket gs://{bucket} {reason}"
+
+
+_buckets_found: set[str] = set()
+
+
+def check_bucket(path: str) -> None:
+    """For a gs:// path, a `BucketError` unless its bucket exists and answers this process.
+
+    Asked before anything is created there: TensorFlow's makedirs walks up a path to the
+    bucket's root and, when the bucket does not exist, asks for it again forever. A bucket
+    found once is not asked for again in this process.
+    """
+    if not path.startswith("gs://"):
+        return
+    bucket = path[len("gs://") :].split("/", 1)[0]
+    if bucket in _buckets_found:
+        return
+    if not bucket:
+        raise BucketError(path, "", "is not named (gs://BUCKET/PATH)")
+    from t2tcli.compat import tf
+
+    try:
+        with interrupts.remote_call(f"gs://{bucket}"):
+            found = tf.io.gfile.exists(f"gs://{bucket}/")
+    except tf.errors.PermissionDeniedError as exc:
+        code = re.search(r"response code (\d+)", str(exc.message))
+        status = f"HTTP {code.group(1)}" if code else "permission denied"
+        raise BucketError(path, bucket, f"refused access ({status}): check the credentials") from None
+    except tf.errors.OpError as exc:
+        detail = " ".join(str(exc.message).split())[:200]
+        raise BucketError(path, bucket, f"did not answer: {detail}") from None
+    if not found:
+        raise BucketError(path, bucket, "does not exist")
+    _buckets_found.add(bucket)
+
+
 class _RemoteFile:
     """A tf.io.gfile.GFile whose reads, writes and close (where an object store uploads,
     and finds the bucket missing) fail as OSErrors naming the path."""
 
     def __init__(self, path: str, mode: str) -> None:
         self._path = path
+        if "w" in mode or "a" in mode:
+            check_bucket(path)
         self._file = _gfile().GFile(path, mode)
 
     def _call(self, name: str, *args: Any) -> Any:
         from t2tcli.compat import tf
 
         try:
-            return getattr(self._file, name)(*args)
+            with interrupts.remote_call(self._path):
+                return getattr(self._file, name)(*args)
         except tf.errors.OpError as exc:
             raise OSError(f"{self._path}: {' '.join(str(exc.message).split())[:300]}") from None
 
@@ -166,6 +218,7 @@ def remove(path: str) -> None:
 
 def makedirs(path: str) -> None:
     if is_remote(path):
+        check_bucket(path)
         _gfile().makedirs(path)
     else:
         os.makedirs(path, exist_ok=True)
@@ -226,6 +279,7 @@ def mkdtemp(parent: str, prefix: str) -> str:
     """A new directory in `parent` under a name nobody else gets, local or remote."""
     if is_remote(parent):
         path = f"{parent.rstrip('/')}/{prefix}{uuid.uuid4().hex}"
+        check_bucket(path)
         _gfile().makedirs(path)
         return path
     return tempfile.mkdtemp(prefix=prefix, dir=parent)

@@ -21,6 +21,7 @@ def check_output_dir(path: str, flag: str) -> None:
     not exist or missing credentials fail here, naming the path, before any work.
     """
     if fs.is_remote(path):
+        check_bucket(path, flag)
         if fs.exists(path) and not fs.isdir(path):
             raise UserError(f"--{flag}={path}: exists and is not a directory")
         return
@@ -38,6 +39,7 @@ def check_output_dir(path: str, flag: str) -> None:
 def check_output_file(path: str, flag: str) -> None:
     """A one-line error, before any work, when `path` cannot become an output file."""
     if fs.is_remote(path):
+        check_bucket(path, flag)
         if fs.isdir(path):
             raise UserError(f"--{flag}={path}: is a directory, expected a file name")
         return
@@ -48,3 +50,12 @@ def check_output_file(path: str, flag: str) -> None:
         raise UserError(f"--{flag}={path}: directory {directory} does not exist")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise UserError(f"--{flag}={path}: no permission to write in {directory}")
+
+
+def check_bucket(path: str, flag: str) -> None:
+    """A one-line error naming the flag when `path` is on a gs:// bucket that does not exist,
+    refuses this process or does not answer (nothing for any other path)."""
+    try:
+        fs.check_bucket(path)
+    except fs.BucketError as exc:
+        raise UserError(f"--{flag}={path}: {exc.reason}") from None

@@ -243,6 +243,10 @@ def average(model_dir: str, num_last: int, output_dir: str, ending_at: int | Non
     model_dir that eval, decode and export accept. Returns (path, steps averaged).
     output_dir is held (`t2tcli.io.lock`) while it is written, and the checkpoints read
     are pinned, so a trainer still writing model_dir may delete them meanwhile.
+    A run's latest checkpoint never goes back: an output_dir trained on past the step
+    the average would write is refused (its fine-tuning would be lost to every reader),
+    and a window of t2t-avg-all's older than its newest step is added without becoming
+    the latest.
     """
     if num_last < 1:
         raise UserError(f"--num_last={num_last}: must be at least 1")
@@ -259,9 +263,17 @@ def average(model_dir: str, num_last: int, output_dir: str, ending_at: int | Non
                 logging.warning("%s; averaging the others", exc)
         if not chosen:
             raise UserError(f"no checkpoint in --model_dir={model_dir}")
+        newer = _newest_step(output_dir)
+        if newer > chosen[-1][0] and ending_at is None:
+            raise UserError(
+                f"--output_dir={output_dir} holds step {newer}, past step {chosen[-1][0]} of this average of "
+                f"--model_dir={model_dir}: writing it would take that run back to step {chosen[-1][0]}; "
+                "average into a new directory"
+            )
         values, newest_step = _averaged_values(chosen)
         out_path = os.path.join(output_dir, f"model.ckpt-{newest_step}")
-        write_checkpoint(values, out_path)
+        # An earlier window of t2t-avg-all's is added beside newer ones without naming it the latest.
+        write_checkpoint(values, out_path, write_state=newer <= newest_step)
         for name in (RUN_FILE, HPARAMS_FILE, VOCAB_FILE):
             src = os.path.join(model_dir, name)
             if fs.exists(src):
@@ -269,6 +281,13 @@ def average(model_dir: str, num_last: int, output_dir: str, ending_at: int | Non
         source = {"model_dir": os.path.realpath(model_dir), "steps": [s for s, _ in chosen]}
         atomic.write_text(os.path.join(output_dir, AVERAGED_FILE), json.dumps(source, indent=2) + "\n")
     return out_path, [s for s, _ in chosen]
+
+
+def _newest_step(model_dir: str) -> int:
+    """The step of model_dir's newest checkpoint, by its files or its `checkpoint` state; 0 without one."""
+    steps = [step for step, _ in list_checkpoints(model_dir)] if fs.isdir(model_dir) else []
+    named = tf.train.latest_checkpoint(model_dir) if steps else None
+    return max([*steps, step_of(named)] if named else steps, default=0)
 
 
 def _check_average_target(model_dir: str, output_dir: str) -> None:
@@ -319,8 +338,9 @@ def _averaged_values(chosen: list[tuple[int, str]]) -> tuple[dict[str, Any], int
     return values, newest_step
 
 
-def write_checkpoint(values: dict, out_path: str) -> None:
-    """Saves named arrays as a TF1 checkpoint and points the `checkpoint` file at it last."""
+def write_checkpoint(values: dict, out_path: str, write_state: bool = True) -> None:
+    """Saves named arrays as a TF1 checkpoint and points the `checkpoint` file at it last
+    (unless `write_state` is false: the state then names what it named before)."""
     graph = tf.Graph()
     with graph.as_default():
         variables = []
@@ -331,7 +351,7 @@ def write_checkpoint(values: dict, out_path: str) -> None:
             sess.run(tf.compat.v1.global_variables_initializer())
             # The `checkpoint` state file is written after the data, so readers never see
             # a state file that names a half-written checkpoint.
-            saver.save(sess, out_path, write_meta_graph=False, write_state=True)
+            saver.save(sess, out_path, write_meta_graph=False, write_state=write_state)
 
 
 def latest_step(model_dir: str) -> int:

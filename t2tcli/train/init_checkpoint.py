@@ -78,9 +78,10 @@ def _family_hint(have: dict[str, list[int]], hp: HParams) -> str:
     return ""
 
 
-def init_from_checkpoint(init_checkpoint: str, graph: mtf.Graph, hp: HParams) -> None:
+def init_from_checkpoint(init_checkpoint: str, graph: mtf.Graph, hp: HParams, label: str = "") -> None:
     """Initialises the model (and matching optimizer slots) from a mesh-tf / T5 checkpoint
-    that check_init_checkpoint accepted.
+    that check_init_checkpoint accepted, and says so in one line (`label` names the
+    source when the checkpoint is a converted copy of it).
 
     Only initial values change, so a run resumed from its own model_dir keeps its
     trained weights. Norm variables named by the other norm_scope are mapped by name.
@@ -102,8 +103,30 @@ def init_from_checkpoint(init_checkpoint: str, graph: mtf.Graph, hp: HParams) ->
             hp.norm_scope,
             hp.norm_scope,
         )
-    tf1.logging.info("initialising %d variables from %s", len(assignment), init_checkpoint)
+    step = None if label else _step_of(init_checkpoint)  # a converted copy's step says nothing of its source
+    logging.info("%s", loaded_line(label or init_checkpoint, graph, assignment, step))
     tf1.train.init_from_checkpoint(init_checkpoint, assignment)
+
+
+def loaded_line(source: str, graph: mtf.Graph, assignment: dict[str, str], step: int | None) -> str:
+    """The line saying what --init_checkpoint loaded, so a user need not compare checkpoints by hand."""
+    weights = {v.name for v in graph.trainable_variables}
+    loaded = sum(name in weights for name in assignment.values())
+    slots = len(assignment) - loaded
+    at = f" at step {step}" if step is not None else ""
+    return (
+        f"--init_checkpoint: loaded {loaded} of the model's {len(weights)} weight variables"
+        f"{f' and {slots} optimizer slots' if slots else ''} from {source}{at}"
+    )
+
+
+def _step_of(prefix: str) -> int | None:
+    """The global step a checkpoint holds (None for one without, e.g. converted weights)."""
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        return int(reader.get_tensor("global_step")) if reader.has_tensor("global_step") else None
+    except (ValueError, tf.errors.OpError):
+        return None
 
 
 def pretrained(init_checkpoint: str) -> hf_t5.HfModel | None:

@@ -52,6 +52,7 @@ class TrainSettings:
     keep_checkpoint_max: int = 5
     log_every_steps: int = 100
     init_checkpoint: str | None = None
+    init_checkpoint_label: str = ""  # what the log names as the source (default: init_checkpoint)
     progress: bool = False  # a progress bar on stderr besides the log lines
     random_seed: int | None = None  # the graph's seed: the same initial weights every run
 
@@ -144,8 +145,11 @@ def _train_spec(
     tf1.summary.scalar("learning_rate", lr)
     tf1.summary.scalar("tokens_per_batch", tokens)
     with mtf.utils.outside_all_rewrites():
-        if train.init_checkpoint:
-            init_checkpoint.init_from_checkpoint(train.init_checkpoint, g.graph, g.hp)
+        # Once model_dir holds a checkpoint (a later round of train_and_evaluate), it is restored instead.
+        if train.init_checkpoint and not tf.train.latest_checkpoint(model_dir):
+            init_checkpoint.init_from_checkpoint(
+                train.init_checkpoint, g.graph, g.hp, label=train.init_checkpoint_label
+            )
         saver = tf1.train.Saver(
             tf1.global_variables(),
             sharded=True,

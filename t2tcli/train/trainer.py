@@ -185,9 +185,14 @@ def run(cfg: TrainConfig) -> int:
     if cfg.tpu and cfg.tpu_topology:
         meshlib.check_tpu(spec, cfg.tpu_topology)
     graph.validate(hp, vocab_size, use_tpu=bool(cfg.tpu))
+    if cfg.problem and cfg.train_steps:
+        splits = ("train", "dev") if cfg.schedule == "train_and_evaluate" else ("train",)
+        inputs.check_ready(cfg.data_dir, cfg.problem, hp, splits)
     if cfg.tpu:
         estimator_lib.tpu_resolver(_tpu_settings(cfg))
     step = checkpoints.latest_step(cfg.model_dir)
+    if not resumed:
+        warn_short_warmup(hp, cfg.train_steps)
     pretrained_values = init_checkpoint.check(cfg.init_checkpoint, pretrained, hp, vocab_size, step)
 
     if step >= cfg.train_steps and (step or tf.train.latest_checkpoint(cfg.model_dir)):
@@ -224,6 +229,22 @@ def run(cfg: TrainConfig) -> int:
                 f"--model_dir={cfg.model_dir}: no space left on device while training; free some and run the same "
                 f"command to resume from step {checkpoints.latest_step(cfg.model_dir)}"
             ) from None
+
+
+def warn_short_warmup(hp: HParams, train_steps: int) -> str | None:
+    """Logs (and returns) a one-line warning when the run ends before its warm-up does: its
+    learning rate would never reach the peak the hparams set (a set made for long runs)."""
+    warmup = int(hp.warmup_steps)
+    if not 0 < train_steps < warmup:
+        return None
+    suggested = max(1, train_steps // 10)
+    message = (
+        f"warmup_steps={warmup} is more than --train_steps={train_steps}: the learning rate climbs for the whole "
+        f"run and ends at {train_steps / warmup:.0%} of learning_rate={hp.learning_rate}; for a run this short "
+        f"set --hparams=warmup_steps={suggested} (a tenth of it) or so"
+    )
+    logging.warning("%s", message)
+    return message
 
 
 def _tpu_settings(cfg: TrainConfig) -> estimator_lib.TPUSettings | None:
@@ -268,14 +289,14 @@ def _train(
     """Trains (or writes step 0) once the run is recorded; a stop signal saves the step reached."""
     converted = None
     try:
-        init = cfg.init_checkpoint
+        init, label = cfg.init_checkpoint, ""
         if pretrained_values is not None:
             # Inside model_dir, which a TPU's workers read: on GCS when training runs there.
             converted = fs.mkdtemp(cfg.model_dir, ".pretrained.")
-            init = f"{converted}/model.ckpt"
+            init, label = f"{converted}/model.ckpt", f"the Hugging Face model {pretrained.path}"
             checkpoints.write_checkpoint(pretrained_values, init)
             del pretrained_values
-        elif pretrained is not None:
+        elif pretrained is not None or step or tf.train.latest_checkpoint(cfg.model_dir):
             init = ""  # resuming: the model_dir's checkpoint holds the weights
         elif init:
             init = init_checkpoint.checkpoint_prefix(init)
@@ -290,6 +311,7 @@ def _train(
                 keep_checkpoint_max=cfg.keep_checkpoint_max,
                 log_every_steps=cfg.log_every_steps,
                 init_checkpoint=init or None,
+                init_checkpoint_label=label,
                 progress=cfg.progress,
                 random_seed=cfg.random_seed,
             ),
