@@ -20,10 +20,8 @@ def _names(directory) -> list[str]:
 @pytest.fixture
 def umask_027():
     old = os.umask(0o027)
-    atomic._umask.cache_clear()
     yield
     os.umask(old)
-    atomic._umask.cache_clear()
 
 
 def test_a_staged_directory_appears_whole_with_the_umasks_mode(tmp_path, umask_027):

@@ -15,6 +15,7 @@ import errno
 import functools
 import os
 import re
+import secrets
 import shutil
 import tempfile
 import uuid
@@ -164,11 +165,10 @@ def staged_directory(target: str, mode: int = 0o777) -> Iterator[str]:
     try:
         os.makedirs(parent, exist_ok=True)
         remove_stale(parent, prefix)
-        staging = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}.", dir=parent)
+        staging = _new_directory(parent, f"{prefix}{os.getpid()}.", mode)
     except OSError as exc:
         raise _named(exc, target) from None
     try:
-        os.chmod(staging, mode & ~_umask())
         yield staging
         try:
             os.replace(staging, target)
@@ -180,6 +180,18 @@ def staged_directory(target: str, mode: int = 0o777) -> Iterator[str]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def _new_directory(parent: str, prefix: str, mode: int) -> str:
+    """A new directory in `parent` under an unpredictable name, made by mkdir with `mode`
+    so the process's umask applies as it stands now."""
+    while True:
+        path = os.path.join(parent, prefix + secrets.token_hex(6))
+        try:
+            os.mkdir(path, mode)
+        except FileExistsError:
+            continue
+        return path
 
 
 @functools.cache
