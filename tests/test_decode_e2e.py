@@ -106,8 +106,8 @@ def test_batches_in_flight_keep_each_row_its_own_result(toy_model):  # noqa: F81
     # float32, so batch shape cannot move a bfloat16 rounding (see the test above).
     model = loading.load(toy_model["model_dir"], hparams="activation_dtype=float32")
     _, path = resolve(toy_model["model_dir"], None)
-    decode = settings.estimator_params(settings.parse_decode_hparams("", model.hparams))
-    estimator = tf_predict.estimator_for(model, {**decode, "engine": "fast"})
+    decode = settings.parse_decode_hparams("", model.hparams)
+    estimator = tf_predict.estimator_for(model, decode.replace(engine="fast"))
     lines = ["a b c", "j", "d e f g h", "c c", "a b c d e f", "h g", "i", "b d f h j", "e e e"]
     rows = [batching.Row(i, batching.fit(model.vocab.encode(x), 16)[0]) for i, x in enumerate(lines)]
 

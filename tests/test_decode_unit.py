@@ -174,7 +174,7 @@ def test_decode_hparams_validation():
         settings.parse_decode_hparams("beam_size=4,temperature=1.0")
     with pytest.raises(UserError, match="engine=tpu is not one of auto, fast, mesh"):
         settings.parse_decode_hparams("engine=tpu")
-    params = settings.estimator_params(settings.parse_decode_hparams("engine=mesh,beam_size=2"))
+    params = settings.parse_decode_hparams("engine=mesh,beam_size=2").engine_fields()
     assert params == {
         "beam_size": 2,
         "alpha": 0.6,

@@ -13,6 +13,7 @@ from toy_model import SAVE_EVERY, toy_model  # noqa: F401  (session fixture)
 from t2tcli.compat import tf
 from t2tcli.data.vocab import EOS_ID, Vocabulary
 from t2tcli.decode import fast, fast_kernels, fast_top_k, fast_weights, search, tf_predict
+from t2tcli.decode.settings import DecodeSettings
 from t2tcli.errors import UserError
 from t2tcli.model import kernel_layout, run_records
 
@@ -161,7 +162,7 @@ def _search(toy, decode: dict) -> dict:
     model_dir, hp, vocab_size, ids = toy
     hp = hp.copy()
     hp.activation_dtype = "float32"
-    settings = {"beam_size": 1, "alpha": 0.0, "temperature": 0.0, "top_k": 0, **decode}
+    settings = DecodeSettings(**{"beam_size": 1, "alpha": 0.0, "temperature": 0.0, "top_k": 0, **decode})
     with tf.Graph().as_default():
         decoded = search.decode(fast_weights.Weights(hp, vocab_size), tf.constant(ids), settings, 16)
         saver = tf.compat.v1.train.Saver()

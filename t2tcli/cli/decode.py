@@ -110,7 +110,7 @@ def _load():
 
     model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams, FLAGS.trust_usr_dir)
     recorded_run.warn_if_other_set(FLAGS.hparams_set, model.info, FLAGS.model_dir)
-    return model, decode_settings.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
+    return model, decode_settings.parse_decode_hparams(FLAGS.decode_hparams, model.hparams, model.vocab.vocab_size)
 
 
 def main() -> None:
@@ -131,7 +131,7 @@ def main() -> None:
     _take_shard(derived)
     if FLAGS.decode_reference and ((FLAGS.decode_to_file == "-" and not derived) or FLAGS.score_file):
         raise UserError("--decode_reference scores a decode written to a file: give --decode_to_file=FILE")
-    from t2tcli.decode import engines
+    from t2tcli.decode import engines, memory_bound
     from t2tcli.decode import lines as decode_lines
     from t2tcli.decode import settings as decode_settings
     from t2tcli.io import text_files
@@ -163,6 +163,7 @@ def main() -> None:
         interactive=FLAGS.decode_interactive,
         beam_scores=decode_hp.write_beam_scores,
         delimiter=delimiter,
+        batch_multiple=decode_settings.batch_split(model.hparams),
     )
     if t2t_named:
         job.score_format = t2t_decodes.SCORE_FORMAT if FLAGS.score_file else t2t_decodes.BEAM_SCORE_FORMAT
@@ -177,17 +178,18 @@ def main() -> None:
         if FLAGS.score_file:
             job.targets_length = min(job.targets_length, decode_lines.bucket(longest_targets))
         logging.info("inputs padded to %d tokens (longest line: %d)", job.inputs_length, longest_inputs)
-    params = decode_settings.estimator_params(decode_hp)
+    if not FLAGS.score_file:
+        job.check_batch = lambda rows: memory_bound.check(decode_hp, model.hparams, rows, job.inputs_length)
     with checkpoints.reading(FLAGS.model_dir, FLAGS.checkpoint_path) as (step, checkpoint, readable):
         logging.info(
             "%s with checkpoint %s (step %d): %s",
             "scoring" if FLAGS.score_file else "decoding",
             checkpoint,
             step,
-            ", ".join(f"{k}={v}" for k, v in params.items()),
+            ", ".join(f"{k}={v}" for k, v in decode_hp.engine_fields().items()),
         )
         # Decoded text needs no scores; skipping them saves a teacher-forced pass per batch.
-        settings = {**params, "compute_scores": bool(FLAGS.score_file) or decode_hp.write_beam_scores}
+        settings = decode_hp.replace(compute_scores=bool(FLAGS.score_file) or decode_hp.write_beam_scores)
         predict = engines.predictor(model, settings, readable, scoring=bool(FLAGS.score_file))
         lines = records(text_files.read_lines(source, source_flag))
         with text_files.atomic_output(FLAGS.decode_to_file, "decode_to_file") as out, progress_bar(source) as bar:

@@ -51,7 +51,7 @@ def main() -> None:
     if FLAGS.wait:
         following.wait_for_run(FLAGS.model_dir, FLAGS.wait_timeout, FLAGS.wait_poll_seconds)
     model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams, FLAGS.trust_usr_dir)
-    decode_hp = decode_settings.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
+    decode_hp = decode_settings.parse_decode_hparams(FLAGS.decode_hparams, model.hparams, model.vocab.vocab_size)
     decode_settings.refuse_beam_output(decode_hp, "t2t-eval scores the best decode")
     selected = [] if FLAGS.wait else checkpoints.select(FLAGS.model_dir, FLAGS.checkpoint)
     data_dir = FLAGS.data_dir or model.info.data_dir
@@ -59,8 +59,7 @@ def main() -> None:
         raise UserError("this model_dir was trained on no problem: pass --problem and --data_dir to evaluate it")
     lengths = (int(model.hparams.inputs_length), int(model.hparams.targets_length))
     tasks = evaluation.tasks_for(model.problem, data_dir, FLAGS.split, FLAGS.max_examples, lengths)
-    params = decode_settings.estimator_params(decode_hp)
-    decoder = engines.Decoder(model, params, decode_hp.batch_size)
+    decoder = engines.Decoder(model, decode_hp)
     sink = results.ResultsSink(results_dir, tensorboard=FLAGS.tensorboard)
     evaluator = evaluation.Evaluator(
         decoder,

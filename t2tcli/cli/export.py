@@ -49,7 +49,7 @@ def main() -> None:
 
     model = loading.load(FLAGS.model_dir, FLAGS.problem, FLAGS.hparams, FLAGS.trust_usr_dir)
     recorded_run.warn_if_other_set(FLAGS.hparams_set, model.info, FLAGS.model_dir)
-    decode_hp = decode_settings.parse_decode_hparams(FLAGS.decode_hparams, model.hparams)
+    decode_hp = decode_settings.parse_decode_hparams(FLAGS.decode_hparams, model.hparams, model.vocab.vocab_size)
     decode_settings.refuse_beam_output(decode_hp, "the SavedModel returns the best decode")
     with checkpoints.reading(FLAGS.model_dir, FLAGS.checkpoint_path) as (step, checkpoint, readable):
         logging.info("exporting checkpoint %s (step %d)", checkpoint, step)
@@ -61,8 +61,7 @@ def main() -> None:
             hf_t5.export(values, model.hparams, model.vocab.model_proto, size, FLAGS.export_dir)
             print(FLAGS.export_dir, flush=True)
             return
-        params = decode_settings.estimator_params(decode_hp)
-        path = saved_model.export(model, FLAGS.export_dir, readable, params, decode_hp.batch_size, checkpoint)
+        path = saved_model.export(model, FLAGS.export_dir, readable, decode_hp, recorded_checkpoint=checkpoint)
     print(path, flush=True)
 
 

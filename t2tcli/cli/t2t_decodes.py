@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from absl import logging
 
 from t2tcli.errors import UserError
+
+if TYPE_CHECKING:
+    from t2tcli.decode.settings import DecodeSettings
 
 # tensor2tensor's formats of a beam's score (write_beam_scores) and of a scored line (--score_file).
 BEAM_SCORE_FORMAT = ".2f"
@@ -48,12 +51,11 @@ class Decoded:
 
 
 def decode_split(
-    model: Any, decode_hp: Any, data_dir: str, split: str, checkpoint_spec: str | None
+    model: Any, decode_hp: DecodeSettings, data_dir: str, split: str, checkpoint_spec: str | None
 ) -> Iterator[Decoded]:
     """Decodes the first num_samples examples (all with -1) of each component of the model's
     problem's `split` with the checkpoint `checkpoint_spec` names (default the latest)."""
     from t2tcli.decode import engines
-    from t2tcli.decode import settings as decode_settings
     from t2tcli.decode.batching import fit
     from t2tcli.evaluate import evaluation
     from t2tcli.model import checkpoints, loading
@@ -63,7 +65,7 @@ def decode_split(
             "without --decode_from_file the dev split of the run's problem is decoded, and this model_dir was "
             "trained on none: pass --problem and --data_dir, or --decode_from_file=FILE"
         )
-    limit = int(decode_hp.num_samples) if int(decode_hp.num_samples) > 0 else 0
+    limit = max(decode_hp.num_samples, 0)
     lengths = (int(model.hparams.inputs_length), int(model.hparams.targets_length))
     examples = []
     for task, _ in model.problem.components():
@@ -73,7 +75,7 @@ def decode_split(
         examples.extend(found)
     if not examples:
         raise UserError(f"the '{split}' split of {data_dir} holds no examples to decode")
-    decoder = engines.Decoder(model, decode_settings.estimator_params(decode_hp), int(decode_hp.batch_size))
+    decoder = engines.Decoder(model, decode_hp, decode_hp.batch_size)
     text = loading.text_decoder(model.vocab)
     with checkpoints.reading(model.model_dir, checkpoint_spec) as (step, checkpoint, readable):
         logging.info("decoding %d %s examples with checkpoint %s (step %d)", len(examples), split, checkpoint, step)

@@ -11,7 +11,9 @@ import csv
 import hashlib
 import io
 import json
+import os
 import re
+import stat
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -20,7 +22,35 @@ import pandas as pd
 
 from t2tcli.data.source_base import Chunk, ReadOptions, Source
 from t2tcli.errors import UserError
-from t2tcli.io import fs
+from t2tcli.io import fs, text_files
+
+# Bytes one JSONL record may take: a line is read in pieces up to here, never held past it.
+MAX_JSONL_LINE_BYTES = 64 << 20
+
+_NOT_REGULAR = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def require_regular(path: str) -> None:
+    """A local input must be a regular file (or a link to one), checked without opening it:
+    a FIFO or a device would hang its reader or never end, and inputs are read twice."""
+    if fs.is_remote(path):
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot be read ({exc.strerror})") from None
+    if stat.S_ISDIR(mode):
+        raise UserError(f"{path}: is a directory, expected a file")
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a file")
+        raise UserError(f"{path}: {kind}, not a regular file: inputs are read from regular files only")
 
 
 def file_fingerprint(path: str, refuse_nul: bool = False) -> str:
@@ -33,6 +63,7 @@ def file_fingerprint(path: str, refuse_nul: bool = False) -> str:
     if fs.is_remote(path):
         size, mtime = fs.size_and_mtime(path)
         return f"stat:{path}:{size}:{mtime}"
+    require_regular(path)
     digest = hashlib.sha256()
     lines = 0
     with fs.open_file(path) as f:
@@ -52,6 +83,7 @@ def _check_file(path: str) -> None:
         return
     if fs.isdir(path):
         raise UserError(f"{path}: is a directory, expected a file")
+    require_regular(path)
     if fs.getsize(path) == 0:
         raise UserError(f"{path}: empty file (expected a header line)")
 
@@ -252,7 +284,9 @@ class JsonlSource(_FileSource):
         lines: list[int] = []
         seen = 0
         with fs.open_file(path) as f:
-            for number, raw in enumerate(f, start=1):
+            for number, (raw, cut) in enumerate(text_files.bounded_lines(f, MAX_JSONL_LINE_BYTES), start=1):
+                if cut:
+                    raise UserError(f"{path}: line {number}: a record of more than {MAX_JSONL_LINE_BYTES} bytes")
                 if not raw.strip():
                     continue
                 try:

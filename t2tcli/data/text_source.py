@@ -1,11 +1,12 @@
 """Plain-text files as records: the unlabeled text a self-supervised problem trains on.
 
 One document per line, or (`paragraphs=True`) per run of non-blank lines; blank lines
-only separate. Files are read line by line through `t2tcli.io.fs` (local or remote), a
-`.gz` file decompressed as it is read, so memory stays bounded by one chunk of records
-whatever the corpus size. A line over `max_chars` characters is cut there (a document
-is split into pieces for training anyway) and the cuts are counted and reported per
-file. Imports: core, io and data (file_sources and source_base).
+only separate. Files are read in bounded pieces through `t2tcli.io.fs` (local or remote),
+a `.gz` file decompressed as it is read and refused once it inflates past a bound, so
+memory stays bounded by one chunk of records whatever the corpus size or the length of
+one line. A line over `max_chars` characters is cut there as it is read (a document is
+split into pieces for training anyway) and the cuts are counted and reported per file.
+Imports: core, io and data (file_sources and source_base).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import zlib
 from collections.abc import Iterator, Sequence
 from typing import IO
 
@@ -20,10 +22,10 @@ import numpy as np
 import pandas as pd
 from absl import logging
 
-from t2tcli.data.file_sources import _FileSource, file_fingerprint
+from t2tcli.data.file_sources import _FileSource, file_fingerprint, require_regular
 from t2tcli.data.source_base import ReadOptions
 from t2tcli.errors import UserError
-from t2tcli.io import fs
+from t2tcli.io import fs, text_files
 
 # Characters kept of one line; the rest is cut, counted and reported.
 MAX_CHARS = 100_000
@@ -73,6 +75,7 @@ class TextSource(_FileSource):
         texts: list[str] = []
         starts: list[int] = []
         cut = documents = 0
+        require_regular(path)
         with fs.open_file(path) as raw:
             try:
                 for start, text, was_cut in self._documents(path, _decompressed(path, raw)):
@@ -83,7 +86,7 @@ class TextSource(_FileSource):
                         documents += len(texts)
                         yield pd.DataFrame({"text": texts}, dtype=object), np.asarray(starts, dtype=np.int64)
                         texts, starts = [], []
-            except (gzip.BadGzipFile, EOFError) as exc:
+            except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
                 raise UserError(f"{path}: a damaged gzip file ({exc or 'cut short'})") from None
         if texts:
             documents += len(texts)
@@ -99,20 +102,22 @@ class TextSource(_FileSource):
                 self.max_chars,
             )
 
-    def _documents(self, path: str, lines: IO[bytes]) -> Iterator[tuple[int, str, bool]]:
+    def _documents(self, path: str, stream: IO[bytes]) -> Iterator[tuple[int, str, bool]]:
         """(first line, text, whether a line was cut) of each document."""
         held: list[str] = []
         first = 0
         cut = False
         number = 0
-        for number, raw in enumerate(lines, start=1):
+        # A character is at most 4 bytes in UTF-8; leading space the strip drops is allowed for.
+        kept_bytes = 4 * self.max_chars + text_files.READ_BYTES
+        for number, (raw, raw_cut) in enumerate(text_files.bounded_lines(stream, kept_bytes), start=1):
             if b"\0" in raw:
                 raise UserError(f"{path}: line {number}: a NUL byte: a binary file, not text")
             try:
                 line = raw.decode("utf-8-sig" if number == 1 else "utf-8").strip()
             except UnicodeDecodeError as exc:
                 raise UserError(f"{path}: line {number}, byte {exc.start + 1}: not UTF-8 text") from None
-            if len(line) > self.max_chars:
+            if len(line) > self.max_chars or raw_cut:
                 line, cut = line[: self.max_chars], True
             if not line:
                 if held:
@@ -131,12 +136,8 @@ class TextSource(_FileSource):
 
 
 def _decompressed(path: str, raw: IO[bytes]) -> IO[bytes]:
-    """The file's lines: a `.gz` file is decompressed as it is read."""
+    """The file's bytes: a `.gz` file is decompressed as it is read, within
+    `text_files.BoundedInflation`'s bound on what it may inflate to."""
     if not path.endswith(".gz"):
         return raw
-    stream = gzip.GzipFile(fileobj=raw, mode="rb")
-    try:
-        stream.peek(1)
-    except (OSError, EOFError) as exc:
-        raise UserError(f"{path}: not a gzip file ({exc})") from None
-    return stream  # type: ignore[return-value]
+    return text_files.decompressed(path, raw)

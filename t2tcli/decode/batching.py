@@ -4,7 +4,9 @@ Starting an Estimator and building the Mesh TensorFlow graph costs far more than
 batch of decoding, so all rows go through ONE `PredictFn` call fed by a generator. The
 generator sorts a window of rows by length (rows of similar length finish decoding
 together), pads them to static batches and remembers where each row came from, so
-results are matched back without the model carrying indices through its graph.
+results are matched back without the model carrying indices through its graph. A
+batch is never padded past the rows there are: an input of fewer rows than the batch
+size asked for is decoded in a batch of its own size, whatever the size asked for.
 
 Imports: data.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -27,6 +30,9 @@ PredictFn = Callable[[Callable[[], Iterator[Features]], dict[str, tuple[int, int
 # Rows sorted together: large enough that batches are of similar length, small enough
 # that a stdin pipeline sees its first outputs early and memory stays flat.
 SORT_WINDOW_BATCHES = 32
+# Rows a sort window holds at most, in whole batches (at least one): the window of a large
+# batch size is fewer batches, so what is read ahead stays bounded by the batch itself.
+SORT_WINDOW_ROWS = 1 << 16
 
 
 @dataclasses.dataclass
@@ -67,15 +73,38 @@ class Batcher:
         inputs_length: int,
         targets_length: int | None,
         window_batches: int = SORT_WINDOW_BATCHES,
+        batch_multiple: int = 1,
     ) -> None:
-        self.rows = rows
-        self.batch_size = batch_size
+        self.rows = iter(rows)
+        # The batch size asked for; `batch_size` is what the batches hold.
+        self.requested_batch_size = batch_size
+        # What a smaller batch is rounded up to: a mesh splits the batch this many ways.
+        self.batch_multiple = max(1, batch_multiple)
+        self._batch_size: int | None = None
+        self._head: list[Row] = []
         # Rows read ahead and sorted by length before batching: 1 batch answers each as it comes.
         self.window_batches = window_batches
         self.inputs_length = inputs_length
         self.targets_length = targets_length
         self.plan: collections.deque[Row | None] = collections.deque()
         self.on_first_batch: Callable[[], None] | None = None
+
+    @property
+    def batch_size(self) -> int:
+        """Rows in every batch: the batch size asked for, or, where the input ends before
+        that many rows, the rows it holds (rounded up to `batch_multiple`). Asking reads up
+        to one batch of rows ahead."""
+        if self._batch_size is None:
+            requested = self.requested_batch_size
+            if requested > 1:
+                self._head = list(itertools.islice(self.rows, requested))
+            rows = len(self._head)
+            size = requested
+            if 1 < requested and rows < requested:
+                multiple = self.batch_multiple
+                size = min(requested, max(multiple, -(-rows // multiple) * multiple))
+            self._batch_size = size
+        return self._batch_size
 
     def shapes(self) -> dict[str, tuple[int, int]]:
         shapes = {"inputs": (self.batch_size, self.inputs_length)}
@@ -84,10 +113,12 @@ class Batcher:
         return shapes
 
     def __call__(self) -> Iterator[Features]:
-        window: list[Row] = []
+        batch_size = self.batch_size
+        window_rows = batch_size * max(1, min(self.window_batches, SORT_WINDOW_ROWS // batch_size))
+        window, self._head = self._head, []
         for row in self.rows:
             window.append(row)
-            if len(window) == self.batch_size * self.window_batches:
+            if len(window) == window_rows:
                 yield from self._batches(window)
                 window = []
         yield from self._batches(window)
@@ -108,14 +139,19 @@ class Batcher:
 
 
 def predict_rows(
-    rows: list[Row], predict: PredictFn, batch_size: int, inputs_length: int, targets_length: int | None = None
+    rows: list[Row],
+    predict: PredictFn,
+    batch_size: int,
+    inputs_length: int,
+    targets_length: int | None = None,
+    batch_multiple: int = 1,
 ) -> list[dict[str, Any]]:
     """Runs `rows` (already id lists) through one predict call; results in `rows` order.
 
     Row.index must be the row's position in `rows`. With `targets_length`, the rows'
     targets are fed too (scoring).
     """
-    batcher = Batcher(iter(rows), batch_size, inputs_length, targets_length)
+    batcher = Batcher(iter(rows), batch_size, inputs_length, targets_length, batch_multiple=batch_multiple)
     results: list[dict[str, Any] | None] = [None] * len(rows)
     for prediction in predict(batcher, batcher.shapes()):
         row = batcher.plan.popleft()

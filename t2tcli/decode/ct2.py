@@ -10,7 +10,7 @@ has a distinct token name, so outputs map back to the ids the TF engines would g
 Everything around decoding (reading lines, batching by length, putting results back in
 order, writing) stays t2t-decode's; this module is a `batching.PredictFn`.
 
-Imports: core, io, data, model.
+Imports: core, io, data, model and decode (settings).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from absl import logging
@@ -28,6 +28,9 @@ from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.io import atomic, fs
 from t2tcli.model import weight_names
+
+if TYPE_CHECKING:
+    from t2tcli.decode.settings import DecodeSettings
 
 CACHE_DIR = "ctranslate2"
 # Weight types a conversion stores; the compute type CTranslate2 runs them in follows.
@@ -54,13 +57,13 @@ def available() -> bool:
     return True
 
 
-def unsupported_reason(hp: HParams, decode: dict[str, Any]) -> str | None:
+def unsupported_reason(hp: HParams, decode: DecodeSettings) -> str | None:
     """Why this model or decode setting cannot run on CTranslate2 (None when it can)."""
     if hp.ffn_activation.removeprefix("gated-") not in _ACTIVATIONS:
         return f"ffn_activation={hp.ffn_activation!r} has no CTranslate2 equivalent"
     if hp.relative_attention_num_buckets != 32:
         return "CTranslate2 computes T5's relative attention with 32 buckets"
-    if int(decode.get("beam_size", 1)) > 1 and float(decode.get("alpha", 0.0)) != 0.0:
+    if decode.beam_size > 1 and decode.alpha != 0.0:
         return "CTranslate2's beam search length penalty is not T5's (beam search with alpha=0 is the same)"
     return None
 
@@ -215,7 +218,7 @@ class Predictor:
     """A `batching.PredictFn` on a CTranslate2 Translator."""
 
     def __init__(
-        self, model_path: str, hp: HParams, vocab: Vocabulary, decode: dict[str, Any], quantization: str
+        self, model_path: str, hp: HParams, vocab: Vocabulary, decode: DecodeSettings, quantization: str
     ) -> None:
         ct2 = module()
         # The cores this process may use: under `taskset` or a cpuset, os.cpu_count()
@@ -228,7 +231,7 @@ class Predictor:
         self.tokens = tokens(vocab, rows)
         self.ids = {token: i for i, token in enumerate(self.tokens)}
         self.decode = decode
-        self.length = int(decode.get("max_decode_length") or hp.targets_length)
+        self.length = decode.targets_length(hp)
 
     def _source(self, row: np.ndarray) -> list[str] | None:
         """A batch row's tokens up to its EOS; None for a padding row (a lone EOS)."""
@@ -240,20 +243,20 @@ class Predictor:
 
     def _translate(self, sources: list[list[str]]) -> list[tuple[list[int], float]]:
         d = self.decode
-        beam = int(d.get("beam_size", 1))
-        sampling = float(d.get("temperature", 0.0)) > 0
+        beam = d.beam_size
+        sampling = d.temperature > 0
         results = self.translator.translate_batch(
             sources,
             beam_size=beam,
-            length_penalty=float(d.get("alpha", 0.0)) if beam > 1 else 0.0,
+            length_penalty=d.alpha if beam > 1 else 0.0,
             max_decoding_length=self.length,
             min_decoding_length=0,
             return_end_token=True,
             # Scores cost a log-softmax over the vocabulary at every step; text needs none.
-            return_scores=bool(d.get("compute_scores", True)),
+            return_scores=d.compute_scores,
             max_input_length=0,
-            sampling_topk=(int(d.get("top_k", 0)) or 0) if sampling else 1,
-            sampling_temperature=float(d.get("temperature", 1.0)) if sampling else 1.0,
+            sampling_topk=d.top_k if sampling else 1,
+            sampling_temperature=d.temperature if sampling else 1.0,
         )
         out = []
         for result in results:

@@ -15,14 +15,14 @@ Imports: core, interop, model, decode.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from absl import logging
 
 from t2tcli.compat import tf
-from t2tcli.decode import batching, ct2, settings
+from t2tcli.decode import batching, ct2, memory_bound, settings
 from t2tcli.decode.tf_predict import estimator_for
 from t2tcli.model import checkpoints
 from t2tcli.model.loading import LoadedModel
@@ -31,13 +31,17 @@ tf1 = tf.compat.v1
 
 
 def predictor(
-    model: LoadedModel, decode: dict[str, Any], checkpoint_path: str, scoring: bool = False
+    model: LoadedModel,
+    decode: settings.DecodeSettings | Mapping[str, Any],
+    checkpoint_path: str,
+    scoring: bool = False,
 ) -> batching.PredictFn:
     """The `batching.PredictFn` of the engine `decode` asks for (or auto chooses)."""
+    decode = settings.DecodeSettings.of(decode, model.hparams)
     engine, why = settings.choose(model, decode, scoring)
     logging.info("decode engine: %s (%s)", engine, why)
     if engine == "ctranslate2":
-        quantization = ct2.check_quantization(decode.get("quantization", "float32"))
+        quantization = ct2.check_quantization(decode.quantization)
         from t2tcli.interop import hf_t5
 
         path = ct2.converted(
@@ -49,11 +53,11 @@ def predictor(
             lambda: hf_t5.mesh_values_from_checkpoint(checkpoint_path, model.hparams, model.vocab.vocab_size),
         )
         return ct2.Predictor(path, model.hparams, model.vocab, decode, quantization)
-    if decode.get("quantization", "float32") != "float32":
+    if decode.quantization != "float32":
         logging.warning(
-            "quantization=%s applies to engine=ctranslate2; %s runs float32 weights", decode["quantization"], engine
+            "quantization=%s applies to engine=ctranslate2; %s runs float32 weights", decode.quantization, engine
         )
-    estimator = estimator_for(model, {**decode, "engine": engine})
+    estimator = estimator_for(model, decode.replace(engine=engine))
     if engine == "fast":
         return session_predict(estimator, checkpoint_path)
     return estimator_predict(estimator, checkpoint_path)
@@ -145,23 +149,32 @@ class Decoder:
     """Decodes and scores lists of ids with a checkpoint (`evaluation.DecodesAndScores`) on
     the engine t2t-decode would choose: one predict call per request."""
 
-    def __init__(self, model: LoadedModel, decode: dict[str, Any], batch_size: int) -> None:
+    def __init__(
+        self, model: LoadedModel, decode: settings.DecodeSettings | Mapping[str, Any], batch_size: int | None = None
+    ) -> None:
         # decode() returns ids only; score() feeds targets, which always yields scores.
         self.model = model
-        self.decode_settings = {**decode, "compute_scores": False}
-        self.batch_size = batch_size
+        self.decode_settings = settings.DecodeSettings.of(decode, model.hparams).replace(compute_scores=False)
+        self.batch_size = batch_size or self.decode_settings.batch_size
         self.inputs_length = int(model.hparams.inputs_length)
-        self.targets_length = int(decode.get("max_decode_length") or model.hparams.targets_length)
+        self.targets_length = self.decode_settings.targets_length(model.hparams)
+        self.batch_multiple = settings.batch_split(model.hparams)
 
     def decode(self, checkpoint_path: str, inputs: list[list[int]]) -> list[list[int]]:
         rows = [batching.Row(i, ids) for i, ids in enumerate(inputs)]
+        batch = min(self.batch_size, max(1, len(rows)))
+        memory_bound.check(self.decode_settings, self.model.hparams, batch, self.inputs_length)
         predict = predictor(self.model, self.decode_settings, checkpoint_path)
-        results = batching.predict_rows(rows, predict, self.batch_size, self.inputs_length)
+        results = batching.predict_rows(
+            rows, predict, self.batch_size, self.inputs_length, batch_multiple=self.batch_multiple
+        )
         return [[int(i) for i in r["outputs"]] for r in results]
 
     def score(self, checkpoint_path: str, inputs: list[list[int]], targets: list[list[int]]) -> list[float]:
         rows = [batching.Row(i, x, y) for i, (x, y) in enumerate(zip(inputs, targets, strict=True))]
         predict = predictor(self.model, self.decode_settings, checkpoint_path, scoring=True)
         length = max([self.targets_length, *(len(y) for y in targets)])
-        results = batching.predict_rows(rows, predict, self.batch_size, self.inputs_length, length)
+        results = batching.predict_rows(
+            rows, predict, self.batch_size, self.inputs_length, length, batch_multiple=self.batch_multiple
+        )
         return [float(r["scores"]) for r in results]

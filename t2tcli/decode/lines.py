@@ -60,6 +60,7 @@ class LineJob:
     decode: Callable[[list[int]], str]
     inputs_length: int
     targets_length: int
+    # Rows per batch asked for; an input of fewer rows is decoded in a batch of its own size.
     batch_size: int
     format_input: Callable[[str], str] = text_files.unescape
     source_name: str = "input"
@@ -75,6 +76,12 @@ class LineJob:
     delimiter: str = "\n"
     # How a score is written (a format spec): tensor2tensor's decoder writes its own precisions.
     score_format: str = ".6g"
+    # A batch smaller than batch_size is rounded up to a multiple of this: the ways a
+    # mesh splits the batch dimension.
+    batch_multiple: int = 1
+    # Called with the rows of a batch once they are known, before any is decoded: it
+    # refuses a batch that could not fit in memory (t2tcli.decode.memory_bound).
+    check_batch: Callable[[int], None] | None = None
 
     def tokens(self, text: str) -> list[int]:
         """The ids of `text`, tokenized no further than `max_chars` characters.
@@ -199,6 +206,7 @@ def run(
         job.inputs_length,
         job.targets_length if scoring else None,
         window_batches=1 if job.interactive else SORT_WINDOW_BATCHES,
+        batch_multiple=job.batch_multiple,
     )
 
     def first_batch() -> None:
@@ -206,9 +214,12 @@ def run(
 
     batcher.on_first_batch = first_batch
     done_before = 0
-    for position, prediction in enumerate(predict(batcher, batcher.shapes())):
-        if position % job.batch_size == 0:
-            rows = sum(r is not None for r in itertools.islice(batcher.plan, job.batch_size))
+    shapes = batcher.shapes()
+    if job.check_batch is not None:
+        job.check_batch(batcher.batch_size)
+    for position, prediction in enumerate(predict(batcher, shapes)):
+        if position % batcher.batch_size == 0:
+            rows = sum(r is not None for r in itertools.islice(batcher.plan, batcher.batch_size))
             stats.count_batch(prediction, rows)
         row = batcher.plan.popleft()
         if row is None:
@@ -260,12 +271,14 @@ def records(lines: Iterable[str], delimiter: str = "\n", limit: int = -1) -> Ite
     return itertools.islice(lines, limit) if limit >= 0 else iter(lines)
 
 
-def _split_at(lines: Iterable[str], delimiter: str) -> Iterator[str]:
+def _split_at(lines: Iterable[str], delimiter: str, max_chars: int = text_files.DECODE_LINE_BYTES) -> Iterator[str]:
+    """Records ending at `delimiter`; one that never ends is kept to its first `max_chars`
+    characters as it is read, not held whole."""
     held = ""
     for line in lines:
         parts = (held + line + "\n").split(delimiter)
         for part in parts[:-1]:
             yield part.replace("\n", " ").strip()
-        held = parts[-1]
+        held = parts[-1][:max_chars]
     if held.strip():
         yield held.replace("\n", " ").strip()

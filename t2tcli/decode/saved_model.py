@@ -22,7 +22,8 @@ from absl import logging
 
 from t2tcli.compat import tf
 from t2tcli.data.vocab import EOS_ID
-from t2tcli.decode import fast, search
+from t2tcli.decode import fast, memory_bound, search
+from t2tcli.decode.settings import DecodeSettings
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.io import atomic, fs
@@ -34,6 +35,9 @@ tf1 = tf.compat.v1
 SIGNATURE_INPUT = "inputs"
 INFO_FILE = "t2t_export.json"
 _COUNT_KEY = "serving_num_inputs"
+# Strings one batch of the SavedModel decodes at most: a request's last batch is padded to
+# the full batch, so its size is memory every request costs, however few strings it holds.
+MAX_BATCH_SIZE = 4096
 
 
 def _tokenizer(proto: bytes) -> Any:
@@ -62,9 +66,9 @@ def serving_input_fn(proto: bytes, batch_size: int, inputs_length: int) -> Any:
     return fn
 
 
-def serving_model_fn(hp: HParams, vocab_size: int, proto: bytes, decode: dict[str, Any], batch_size: int) -> Any:
+def serving_model_fn(hp: HParams, vocab_size: int, proto: bytes, decode: DecodeSettings, batch_size: int) -> Any:
     """Decodes the request's batches in a graph loop and returns its rows as strings."""
-    length = int(decode["max_decode_length"] or hp.targets_length)
+    length = decode.targets_length(hp)
     inputs_length = int(hp.inputs_length)
 
     def fn(features: dict[str, tf.Tensor], labels: Any, mode: str, params: dict[str, Any]) -> Any:
@@ -102,12 +106,20 @@ def export(
     model: LoadedModel,
     export_dir: str,
     checkpoint_path: str,
-    decode: dict[str, Any],
-    batch_size: int,
+    decode: DecodeSettings,
+    batch_size: int | None = None,
     recorded_checkpoint: str = "",
 ) -> str:
-    """Writes a SavedModel under export_dir/<timestamp> (TF Serving's version layout)."""
-    if decode.get("engine") == "mesh":
+    """Writes a SavedModel under export_dir/<timestamp> (TF Serving's version layout),
+    decoding `batch_size` strings at a time (default: the settings' batch_size)."""
+    batch_size = batch_size or decode.batch_size
+    if batch_size > MAX_BATCH_SIZE:
+        raise UserError(
+            f"--decode_hparams: batch_size={batch_size} is more than {MAX_BATCH_SIZE}, the most strings a "
+            "SavedModel decodes at once (a request's last batch is padded to it)"
+        )
+    memory_bound.check(decode, model.hparams, batch_size, int(model.hparams.inputs_length))
+    if decode.engine == "mesh":
         raise UserError("a SavedModel decodes with the fast engine: drop engine=mesh from --decode_hparams")
     # Its RunConfig; building it validates the hparams (the decode settings were checked
     # when --decode_hparams was parsed, and the engine is the fast one whatever the mesh).
@@ -136,9 +148,9 @@ def export(
         "problem": model.problem.name if model.problem else None,
         "batch_size": batch_size,
         "inputs_length": inputs_length,
-        "decode": decode,
+        "decode": decode.engine_fields(),
         "signature": {"inputs": "string [n]", "outputs": "string [n]", "scores": "float32 [n]"},
     }
     atomic.write_text(os.path.join(path, INFO_FILE), json.dumps(info, indent=2, sort_keys=True))
-    logging.info("exported %s (%s)", path, json.dumps(decode, sort_keys=True))
+    logging.info("exported %s (%s)", path, json.dumps(decode.engine_fields(), sort_keys=True))
     return path

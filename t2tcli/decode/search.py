@@ -7,14 +7,14 @@ Both are plain TensorFlow on one device, and what the model_fn's PREDICT and the
 SavedModel run. Each loop's variables are named tuples (`Loop`), which tf.while_loop
 carries as they are.
 
-Imports: core, data and decode (fast, fast_step, fast_top_k and fast_weights).
+Imports: core, data and decode (fast, fast_step, fast_top_k, fast_weights and settings).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from t2tcli.compat import tf
 from t2tcli.data.vocab import EOS_ID
@@ -22,6 +22,9 @@ from t2tcli.decode.fast import NEG_INF, Encoded, encode
 from t2tcli.decode.fast_step import Caches, Stepper
 from t2tcli.decode.fast_top_k import logits_blocks, top_log_probs
 from t2tcli.decode.fast_weights import Weights
+
+if TYPE_CHECKING:
+    from t2tcli.decode.settings import DecodeSettings
 
 # Finished inputs leave the decode loop once at least this share of the inputs still
 # in it has finished: each step then computes only the rows that can still change, as
@@ -311,11 +314,9 @@ def beam_search(
     return Decoded(answers.ids, answers.scores, out.step, out.row_steps)
 
 
-def decode(w: Weights, inputs: tf.Tensor, settings: dict[str, Any], length: int) -> Decoded:
+def decode(w: Weights, inputs: tf.Tensor, settings: DecodeSettings, length: int) -> Decoded:
     """The decode the model_fn's decode settings ask for (see t2tcli.train.model_fn); with
     `compute_scores` false, greedy and sampled decodes leave their scores 0."""
-    if int(settings["beam_size"]) > 1:
-        beam_size, alpha = int(settings["beam_size"]), float(settings["alpha"])
-        return beam_search(w, inputs, length, beam_size, alpha, bool(settings.get("return_beams", False)))
-    temperature, top_k = float(settings["temperature"]), int(settings["top_k"])
-    return sample(w, inputs, length, temperature, top_k, bool(settings.get("compute_scores", True)))
+    if settings.beam_size > 1:
+        return beam_search(w, inputs, length, settings.beam_size, settings.alpha, settings.return_beams)
+    return sample(w, inputs, length, settings.temperature, settings.top_k, settings.compute_scores)

@@ -11,6 +11,7 @@ Imports: core, model, train and decode.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from t2tcli.compat import tf
@@ -37,7 +38,9 @@ def _clean_decodes(ids: mtf.Tensor) -> mtf.Tensor:
     return ids * mtf.cast(mtf.equal(eos_before, 0), tf.int32)
 
 
-def _fast_predict_spec(hp: HParams, vocab_size: int, features: dict[str, tf.Tensor], decode: dict[str, Any]) -> Any:
+def _fast_predict_spec(
+    hp: HParams, vocab_size: int, features: dict[str, tf.Tensor], decode: settings.DecodeSettings
+) -> Any:
     """PREDICT through t2tcli.decode.fast: the same contract, the same checkpoint variables."""
     weights = fast.Weights(hp, vocab_size)
     inputs = tf.cast(features["inputs"], tf.int32)
@@ -45,15 +48,14 @@ def _fast_predict_spec(hp: HParams, vocab_size: int, features: dict[str, tf.Tens
         outputs = tf.cast(features["targets"], tf.int32)
         predictions = {"outputs": outputs, "scores": fast.score(weights, inputs, outputs)}
     else:
-        length = int(decode["max_decode_length"] or hp.targets_length)
-        decoded = search.decode(weights, inputs, decode, length)
+        decoded = search.decode(weights, inputs, decode, decode.targets_length(hp))
         # Per row, so Estimator.predict can split them: the steps its batch's loop ran,
         # the rows those steps computed (fewer once finished lines left the loop), and
         # the rows the loop began with (a line and its beams).
         per_row = {
             "decode_steps": decoded.steps,
             "decode_row_steps": decoded.row_steps,
-            "decode_loop_rows": tf.shape(decoded.scores)[0] * max(int(decode["beam_size"]), 1),
+            "decode_loop_rows": tf.shape(decoded.scores)[0] * decode.beam_size,
         }
         predictions = {
             "outputs": decoded.ids,
@@ -63,23 +65,22 @@ def _fast_predict_spec(hp: HParams, vocab_size: int, features: dict[str, tf.Tens
     return tf.estimator.EstimatorSpec(mode=ModeKeys.PREDICT, predictions=predictions)
 
 
-def _mesh_predict_spec(g: graph.Graph, f: dict[str, mtf.Tensor], decode: dict[str, Any], use_tpu: bool) -> Any:
+def _mesh_predict_spec(g: graph.Graph, f: dict[str, mtf.Tensor], decode: settings.DecodeSettings, use_tpu: bool) -> Any:
     if "targets" in f:
         outputs = f["targets"]
     else:
-        length = int(decode["max_decode_length"] or g.hp.targets_length)
         samples = g.model.decode(
             f["inputs"],
             variable_dtype=g.dtype,
-            beam_size=int(decode["beam_size"]),
-            alpha=float(decode["alpha"]),
-            temperature=float(decode["temperature"]),
-            sampling_keep_top_k=int(decode["top_k"]) or -1,
-            max_decode_length=length,
+            beam_size=decode.beam_size,
+            alpha=decode.alpha,
+            temperature=decode.temperature,
+            sampling_keep_top_k=decode.top_k or -1,
+            max_decode_length=decode.targets_length(g.hp),
         )
         outputs = _clean_decodes(samples)
     exported = {"outputs": outputs}
-    if "targets" in f or decode["compute_scores"]:
+    if "targets" in f or decode.compute_scores:
         # Scores are teacher-forced log-likelihoods of the outputs, for decodes and scoring
         # alike. For a decode they cost a second encoder pass and a full decoder pass, a
         # large share of the work, so callers that only write text switch them off.
@@ -113,8 +114,8 @@ def _mesh_predict_spec(g: graph.Graph, f: dict[str, mtf.Tensor], decode: dict[st
 def predict_spec(
     hp: HParams, vocab_size: int, features: dict[str, tf.Tensor], params: dict[str, Any], use_tpu: bool
 ) -> Any:
-    """The PREDICT EstimatorSpec, with `params["decode"]` (settings.for_model_fn's: its
-    engine is fast or mesh).
+    """The PREDICT EstimatorSpec, with `params["decode"]` (settings.for_model_fn's
+    DecodeSettings: its engine is fast or mesh).
 
     Features: `inputs` int32 [batch, inputs_length]; optional `targets` int32 [batch,
     targets_length] switches to scoring. Predictions: `outputs` int32 [batch,
@@ -128,8 +129,8 @@ def predict_spec(
     and `compute_scores=False`, which lets a decode return 0 for `scores` (beam search ranks
     by them and returns them anyway, and scoring always does).
     """
-    decode = params["decode"]
-    if decode["engine"] == "fast":
+    decode: settings.DecodeSettings = params["decode"]
+    if decode.engine == "fast":
         return _fast_predict_spec(hp, vocab_size, features, decode)
     g, f = graph.for_batch(hp, vocab_size, features, params, use_tpu)
     return _mesh_predict_spec(g, f, decode, use_tpu)
@@ -139,16 +140,16 @@ def build_estimator(
     model_dir: str,
     hparams: HParams,
     vocab_size: int,
-    decode: dict[str, Any] | None = None,
+    decode: settings.DecodeSettings | Mapping[str, Any] | None = None,
     tpu: estimator.TPUSettings | None = None,
 ) -> Any:
-    """An Estimator that decodes with `decode` (settings over the hparams' own)."""
+    """An Estimator that decodes with `decode` (settings; a mapping's keys over the hparams' own)."""
     resolved = settings.for_model_fn(hparams, decode, use_tpu=tpu is not None)
     return estimator.build_estimator(
         model_dir, hparams, vocab_size, tpu=tpu, params={"decode": resolved}, predict=predict_spec
     )
 
 
-def estimator_for(model: LoadedModel, decode: dict[str, Any] | None = None) -> Any:
+def estimator_for(model: LoadedModel, decode: settings.DecodeSettings | Mapping[str, Any] | None = None) -> Any:
     """A loaded run's Estimator, decoding with `decode`."""
     return build_estimator(model.model_dir, model.hparams, model.vocab.vocab_size, decode)
