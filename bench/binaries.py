@@ -18,9 +18,9 @@ BIN = REPO / "bin"
 def cpu_kind() -> str:
     """The class of CPU a figure holds for: 'AMX', 'AVX512-BF16', 'AVX-512' or 'AVX2'."""
     sys.path.insert(0, str(REPO))
-    from t2tcli.model import dtype_policy
+    from t2tcli.model import hardware
 
-    return dtype_policy.detect().cpu_kind()
+    return hardware.detect().cpu_kind()
 
 
 def run(binary: str, *args: str) -> tuple[float, str]:

@@ -73,10 +73,10 @@ def binary(name: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def cpu_kind() -> str:
-    from t2tcli.model import dtype_policy
+    from t2tcli.model import hardware
 
     caps = [f"{name}={os.environ[name]}" for name in ISA_CAPS if os.environ.get(name)]
-    return dtype_policy.detect().cpu_kind() + (f" held back by {', '.join(caps)}" if caps else "")
+    return hardware.detect().cpu_kind() + (f" held back by {', '.join(caps)}" if caps else "")
 
 
 def build_models(work: Path, hparams_set: str) -> tuple[Path, Path]:

@@ -4,7 +4,7 @@
     python bench/decode_layout.py --beams=4 --rounds=3 --lines=64
     python bench/decode_layout.py --variants=attention --beams=4   # a beam step's attention
 
-t2tcli.model.dtype_policy picks, per CPU, whether the fast engine keeps the layers'
+t2tcli.model.kernel_layout picks, per CPU, whether the fast engine keeps the layers'
 kernels as the checkpoint holds them ([in, out]) or transposed ([out, in]), whether an
 FFN width of 2,048 gets 16 zero units, and whether a beam step's attention runs on
 oneDNN or Eigen; each choice was measured, and this is the measurement. Each variant
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import decode as bench_decode  # bench/decode.py: the random model and its inputs (and t2tcli on sys.path)
 
-from t2tcli.model.dtype_policy import FFN_PADDING
+from t2tcli.model.kernel_layout import FFN_PADDING
 
-# Variants: the dtype_policy choices each forces.
+# Variants: the kernel_layout choices each forces.
 VARIANTS = {
     "layouts": {
         "as held": {"transposed_kernels": False, "ffn_padding": 0},
@@ -49,10 +49,10 @@ VARIANTS = {
 def worker(forced: dict, decode_args: list[str]) -> None:
     """t2t-decode with the choices of `forced` made, whatever this CPU's policy says."""
     from t2tcli.cli.decode import run
-    from t2tcli.model import dtype_policy
+    from t2tcli.model import kernel_layout
 
     for choice, value in forced.items():
-        setattr(dtype_policy, choice, lambda *machine_and_width, value=value: value)
+        setattr(kernel_layout, choice, lambda *machine_and_width, value=value: value)
     sys.argv = ["t2t-decode", *decode_args]
     run()
 
@@ -86,14 +86,14 @@ def main() -> None:
         worker(json.loads(args.worker), rest[1:] if rest[:1] == ["--"] else rest)
         return
 
-    from t2tcli.model import dtype_policy
+    from t2tcli.model import hardware, kernel_layout
 
-    machine = dtype_policy.detect()
+    machine = hardware.detect()
     print(f"CPU kind: {bench_decode.cpu_kind()}; TF_ENABLE_ONEDNN_OPTS={os.environ.get('TF_ENABLE_ONEDNN_OPTS', '1')}")
     print(
-        f"this CPU's policy: transposed_kernels {dtype_policy.transposed_kernels(machine)}, "
-        f"ffn_padding {dtype_policy.ffn_padding(machine, 2048)} (at d_ff 2048), "
-        f"beam_attention_on_onednn {dtype_policy.beam_attention_on_onednn(machine)}"
+        f"this CPU's policy: transposed_kernels {kernel_layout.transposed_kernels(machine)}, "
+        f"ffn_padding {kernel_layout.ffn_padding(machine, 2048)} (at d_ff 2048), "
+        f"beam_attention_on_onednn {kernel_layout.beam_attention_on_onednn(machine)}"
     )
     variants = VARIANTS[args.variants]
     beams = [int(b) for b in args.beams.split(",")]

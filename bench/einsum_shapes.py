@@ -90,12 +90,12 @@ def main() -> None:
     from train import T5_VOCAB, model_dims, worker_peak
 
     from t2tcli.compat import tf
-    from t2tcli.model import dtype_policy, einsum_order
+    from t2tcli.model import activation_dtype, einsum_order, hardware
 
     dims = model_dims(args.hparams_set, T5_VOCAB)
-    args.dtype = dtype_policy.resolve(args.dtype)
+    args.dtype = activation_dtype.resolve(args.dtype)
     peak = worker_peak(args.dtype)["flops"]
-    kind = dtype_policy.detect().cpu_kind()
+    kind = hardware.detect().cpu_kind()
     print(f"CPU kind: {kind}; {args.dtype}; {args.hparams_set}, batch {args.batch} x {args.length}")
     print(f"Measured matmul peak (TF, 2048^2, best of 5 trials): {peak / 1e12:.3f} TFLOP/s")
 

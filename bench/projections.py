@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from t2tcli import registry  # noqa: E402
 from t2tcli.compat import tf  # noqa: E402
-from t2tcli.model import dtype_policy, projections  # noqa: E402
+from t2tcli.model import activation_dtype, hardware, projections  # noqa: E402
 from t2tcli.model import mesh as meshlib  # noqa: E402
 
 # isort: split
@@ -87,8 +87,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=2, help="turns of both sides; the best median is kept")
     args = parser.parse_args()
     hp = registry.hparams(args.hparams_set)
-    machine = dtype_policy.detect()
-    dtype = dtype_policy.resolve("auto", machine=machine)
+    machine = hardware.detect()
+    dtype = activation_dtype.resolve("auto", machine=machine)
     print(
         f"{args.hparams_set}: d_model {hp.d_model}, {hp.num_heads} heads of {hp.d_kv};"
         f" batch {args.batch} x length {args.length}"

@@ -43,7 +43,7 @@ NUMBER = r"[\d,]+(?:\.\d+)?"
 
 
 def kind_stem(kind: str) -> str:
-    """bench/results/<stem>.json of a CPU kind as `dtype_policy` names it ('AVX2' is AVX2-only)."""
+    """bench/results/<stem>.json of a CPU kind as `t2tcli.model.hardware` names it ('AVX2' is AVX2-only)."""
     return "avx2-only" if kind == "AVX2" else re.sub(r"[^a-z0-9]+", "-", kind.lower()).strip("-")
 
 

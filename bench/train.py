@@ -397,13 +397,13 @@ def main() -> None:
         + ", ".join(f"{d} {m['flops'] / 1e12:.3f} TFLOP/s ({m['median'] / 1e12:.3f})" for d, m in measured.items() if m)
     )
     sys.path.insert(0, str(REPO))
-    from t2tcli.model import dtype_policy
+    from t2tcli.model import activation_dtype, hardware
 
-    default = dtype_policy.resolve("auto")
-    machine = dtype_policy.detect()
+    default = activation_dtype.resolve("auto")
+    machine = hardware.detect()
     print(
         f"CPU kind: {machine.cpu_kind()}; activation_dtype=auto runs {default}",
-        f"({dtype_policy.native_bfloat16(machine)[1]})",
+        f"({hardware.native_bfloat16(machine)[1]})",
     )
     print()
     print(f"{'system':<34}{'step s':>9}{'tokens/s':>11}{'MFU':>8}   (best of {args.repeats} runs each, in turns)")

@@ -4,15 +4,17 @@ The package is laid out as the pipeline it runs; each subpackage has one concern
 imports only the layers below it (tests/test_layout.py holds the rule):
 
     core       errors, compat (pins and shims), hparams, interrupts, progress
-    io         the one file layer: fs (any TensorFlow file system), atomic outputs, locks,
-               output checks, text files; and the registry, which reads user code through it
+    io         the one file layer: fs (any TensorFlow file system), atomic outputs and
+               staged directories, locks, output checks, text files
     builtin    the built-in problems and hparams sets (the repository's top-level problems/
                and hparams/, installed here); they import only the public names below
-    data       sources (plain text too), preprocessing, vocabulary, the data_dir layout,
+    data       the registry, which loads the built-ins and user code; sources (plain text
+               too), preprocessing, vocabulary, the data_dir layout,
                datagen stages and their local and Beam runners, the tf.data input
                pipeline, where T5's self-supervised objectives corrupt text each epoch
-    model      the Bitransformer's graph, hparams -> gin, mesh, dtype policy, weight names,
-               checkpoints, a model_dir's records and loading a trained run
+    model      the Bitransformer's graph, hparams -> gin, mesh, the machine (hardware) with its
+               activation dtype and CPU kernel layout, weight names, checkpoints, a model_dir's
+               records and loading a trained run
     interop    Hugging Face T5 directories in and out
     train      the model_fn (TRAIN, EVAL), Estimator and RunConfig, hooks, checkpoint
                initialisation, the trainer
@@ -23,7 +25,8 @@ imports only the layers below it (tests/test_layout.py holds the rule):
                tensor2tensor's binary names and flag names (t2t_names) beside ours
 
 `t2tcli.problem`, `t2tcli.sources`, `t2tcli.text` and `t2tcli.registry` are the names a
-user's Problem imports; they stay where README.md and docs/your-own-data.md show them.
+user's Problem imports; they stay where README.md and docs/your-own-data.md show them, each
+on the layer of what it imports (the registry's is data, as the built-ins it loads are written on data).
 """
 
 __version__ = "0.1.0"

@@ -272,7 +272,7 @@ SCHEMA: dict[str, tuple[Any, str]] = {
     "z_loss": (1e-4, "weight of the log(Z)^2 term that keeps logits from drifting"),
     # Numerics: auto is bfloat16 where the hardware runs it natively (TPUs, GPUs of
     # compute capability 8.0+, CPUs with AMX or AVX512-BF16) and float32 elsewhere,
-    # decided on the machine that runs the model (t2tcli.model.dtype_policy); variables stay float32.
+    # decided on the machine that runs the model (t2tcli.model.activation_dtype); variables stay float32.
     "activation_dtype": (
         "auto",
         "auto (bfloat16 where the hardware runs it natively, else float32), bfloat16 or float32",

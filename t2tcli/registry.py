@@ -4,6 +4,10 @@ Built-ins are the installed packages `t2tcli.builtin.problems` / `.hparams` (the
 repository's top-level `problems/` and `hparams/`), so a wheel installed anywhere carries
 them. User code comes in through `import_usr_dir` from a local or remote directory, and
 registers through the same decorators, so it has no second-class path.
+
+Layer: data, as it loads the built-in problems, which are written on data's public names
+(tests/test_layout.py derives it from the imports). Imports: core (errors, t2t_imports),
+io (fs, scratch), data (builtin.hparams and builtin.problems).
 """
 
 from __future__ import annotations
@@ -27,8 +31,6 @@ from t2tcli.errors import UserError, did_you_mean
 from t2tcli.io import fs, scratch
 
 T = TypeVar("T")
-
-BUILTIN_PACKAGES = ("t2tcli.builtin.problems", "t2tcli.builtin.hparams")
 
 _PROBLEMS: dict[str, type] = {}
 _MIXTURES: dict[str, type] = {}
@@ -158,8 +160,7 @@ def load_builtins() -> None:
     if _builtins_loaded:
         return
     _builtins_loaded = True
-    for package in BUILTIN_PACKAGES:
-        importlib.import_module(package)
+    from t2tcli.builtin import hparams, problems  # noqa: F401 - imported for their decorators
 
 
 # A file or directory of user code as a process elsewhere needs it to import it:

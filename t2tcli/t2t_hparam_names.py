@@ -3,7 +3,7 @@
 A T2T user's scripts say `--hparams=hidden_size=64,num_hidden_layers=2`; each such name
 stands for one or more hparams of the mesh-tf Transformer here. Names T2T has but this
 model has no counterpart for are refused by name, so nothing is silently dropped.
-Imports only core.
+Imports: nothing of t2tcli.
 """
 
 from __future__ import annotations

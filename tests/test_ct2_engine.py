@@ -16,7 +16,7 @@ from toy_model import toy_model  # noqa: F401  (session fixture)
 from t2tcli.data.vocab import EOS_ID
 from t2tcli.decode import batching, ct2, engines, settings
 from t2tcli.errors import UserError
-from t2tcli.model import checkpoints, dtype_policy, loading
+from t2tcli.model import checkpoints, hardware, loading
 
 require_extra("ctranslate2")
 
@@ -175,7 +175,7 @@ def test_auto_takes_ctranslate2_where_it_decodes_alike(toy):
 def test_auto_keeps_the_tf_engine_where_bfloat16_is_native(toy, monkeypatch, flags, engine):
     """With activation_dtype=auto, a CPU that runs bfloat16 natively decodes on the TF engine."""
     model, _ = toy
-    monkeypatch.setattr(dtype_policy, "detect", lambda use_tpu=False: test_numerics.cpu(flags))
+    monkeypatch.setattr(hardware, "detect", lambda use_tpu=False: test_numerics.cpu(flags))
     auto = dataclasses.replace(model, hparams=model.hparams.copy())
     auto.hparams.activation_dtype = "auto"
     chosen, why = settings.choose(auto, {"engine": "auto", "beam_size": 1})

@@ -15,7 +15,7 @@ from t2tcli.data.vocab import EOS_ID, Vocabulary
 from t2tcli.decode import fast, fast_kernels, fast_top_k, fast_weights, search, tf_predict
 from t2tcli.decode.settings import DecodeSettings
 from t2tcli.errors import UserError
-from t2tcli.model import dtype_policy, run_records
+from t2tcli.model import kernel_layout, run_records
 
 BATCH = 8
 TEXTS = ["d", "a b c", "e e a a b a", "j d g j g i g h d", "c", "f g c g h d e j", "b b b b", "i h g f e"]
@@ -68,10 +68,10 @@ def test_teacher_forced_scores_match_mesh_tensorflow(toy):
 @pytest.mark.parametrize("decode", [{"beam_size": 1}, {"beam_size": 4, "alpha": 0.0}])
 def test_decodes_match_mesh_tensorflow(toy, decode, transposed, ffn_padding, beam_onednn, monkeypatch):
     """Every layout of the fast engine's kernels and every attention kernel choice
-    (dtype_policy.transposed_kernels, dtype_policy.ffn_padding and
-    dtype_policy.beam_attention_on_onednn pick one per CPU) decodes as mesh-tensorflow does."""
+    (kernel_layout.transposed_kernels, kernel_layout.ffn_padding and
+    kernel_layout.beam_attention_on_onednn pick one per CPU) decodes as mesh-tensorflow does."""
     monkeypatch.setattr(fast_kernels, "transposed_kernels", lambda: transposed)
-    monkeypatch.setattr(dtype_policy, "ffn_padding", lambda machine, d_ff: ffn_padding)
+    monkeypatch.setattr(kernel_layout, "ffn_padding", lambda machine, d_ff: ffn_padding)
     monkeypatch.setattr(fast_kernels, "beam_attention_on_onednn", lambda: beam_onednn)
     fast_ids, fast_scores = _predict(toy, "fast", **decode)
     mesh_ids, mesh_scores = _predict(toy, "mesh", **decode)

@@ -1,62 +1,91 @@
-"""The package's shape holds: each layer imports only the layers below it, and no module
-grows past what one reader takes in at once."""
+"""The package's shape holds: each layer imports only the layers below it, what a docstring
+says a module imports is what it imports, and no module grows past what one reader takes
+in at once."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
+import pytest
 from conftest import REPO
 
 PACKAGE = REPO / "t2tcli"
 # Lowest first. A module may import its own layer and those before it.
 LAYERS = ["core", "io", "data", "model", "interop", "train", "decode", "evaluate", "cli"]
-# Top-level modules: the core, and the public names a user's Problem imports (the paths README.md and docs/ show).
-# The registry imports user code from any file system, so it sits on the file layer.
-# tensor2tensor's API for user dirs (t2t_compat) builds Problems, so it sits on the data layer.
-TOP_LEVEL = {"problem": "data", "sources": "data", "text": "data", "registry": "io", "t2t_compat": "data"}
+# The built-in problems and hparams sets: kept at the checkout's top level, installed as
+# t2tcli.builtin.problems / .hparams (t2tcli/builtin/__init__.py).
+BUILTIN = {"problems": REPO / "problems", "hparams": REPO / "hparams"}
 MAX_LINES = 400
-
-
-def _layer(module: str) -> str:
-    """'t2tcli.data.vocab' -> 'data'; a top-level module is core unless it re-exports a layer."""
-    parts = module.split(".")
-    if len(parts) == 1:
-        return "core"
-    if parts[1] in LAYERS:
-        return parts[1]
-    return TOP_LEVEL.get(parts[1], "core")
 
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(REPO).with_suffix("").parts
-        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    trees = [(PACKAGE, ("t2tcli",))] + [(path, ("t2tcli", "builtin", name)) for name, path in BUILTIN.items()]
+    for root, prefix in trees:
+        for path in root.rglob("*.py"):
+            parts = prefix + path.relative_to(root).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 
-def _imports(path: Path) -> set[str]:
-    """Every t2tcli module a file imports, at the top or inside a function."""
+def _imports(path: Path, module: str = "") -> set[str]:
+    """Every t2tcli module a file imports, at the top or inside a function; relative imports
+    ("from . import toy") are resolved against `module`, the file's own name."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name.startswith("t2tcli"))
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("t2tcli"):
-            out.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([source] if source else []))
+            if source.startswith("t2tcli"):
+                out.update(f"{source}.{a.name}" for a in node.names)
     return out
+
+
+def _imported_modules(path: Path, modules: dict[str, Path], module: str = "") -> set[str]:
+    """`_imports` as modules: "from t2tcli.model import graph" names a module, "from
+    t2tcli.errors import UserError" a name in one."""
+    return {name if name in modules else name.rsplit(".", 1)[0] for name in _imports(path, module)}
+
+
+def _declared_layer(module: str) -> str | None:
+    """'t2tcli.data.vocab' -> 'data'; None for a module outside the layer subpackages."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def _layers(modules: dict[str, Path]) -> dict[str, str]:
+    """Each module's layer. One in a layer subpackage is on that layer; any other (the core
+    modules, the public names a user's Problem imports, the registry, the built-ins,
+    t2t_compat) is on the highest layer it imports, through each other: the registry loads
+    the built-ins, which are written on data's public names, so it is on data."""
+    imports = {name: _imported_modules(path, modules, name) for name, path in modules.items()}
+    layer = {name: _declared_layer(name) or "core" for name in modules}
+    changed = True
+    while changed:
+        changed = False
+        for name in modules:
+            if _declared_layer(name) is None:
+                highest = max((layer[t] for t in imports[name] if t in layer), key=LAYERS.index, default="core")
+                if LAYERS.index(highest) > LAYERS.index(layer[name]):
+                    layer[name], changed = highest, True
+    return layer
 
 
 def test_no_layer_imports_a_layer_above_it():
     modules = _modules()
+    layer = _layers(modules)
     upward = []
     for name, path in sorted(modules.items()):
-        own = LAYERS.index(_layer(name))
-        for imported in sorted(_imports(path)):
-            # "from t2tcli.model import graph" names a module; "from t2tcli.errors import UserError" a name in one.
-            target = imported if imported in modules else imported.rsplit(".", 1)[0]
-            if LAYERS.index(_layer(target)) > own:
-                upward.append(f"{name} ({_layer(name)}) imports {target} ({_layer(target)})")
+        for target in sorted(_imported_modules(path, modules, name)):
+            if LAYERS.index(layer.get(target, "core")) > LAYERS.index(layer[name]):
+                upward.append(f"{name} ({layer[name]}) imports {target} ({layer[target]})")
     assert not upward, "\n".join(upward)
 
 
@@ -65,7 +94,114 @@ def test_the_layer_rule_sees_an_upward_import(tmp_path):
     planted = tmp_path / "planted.py"
     planted.write_text("def f():\n    from t2tcli.train import trainer\n")
     assert "t2tcli.train.trainer" in _imports(planted)
-    assert LAYERS.index(_layer("t2tcli.train.trainer")) > LAYERS.index(_layer("t2tcli.data.vocab"))
+    layer = _layers(_modules())
+    assert LAYERS.index(layer["t2tcli.train.trainer"]) > LAYERS.index(layer["t2tcli.data.vocab"])
+
+
+def test_a_top_level_module_is_on_the_layer_of_what_it_imports(tmp_path):
+    """Derived, not decreed: the registry sits where the built-ins it loads put it, and a
+    core module that started importing a layer would be on it (and caught where a lower
+    layer imports it)."""
+    modules = _modules()
+    layer = _layers(modules)
+    assert "t2tcli.builtin.problems.toy" in modules and layer["t2tcli.builtin.problems.toy"] == "data"
+    assert layer["t2tcli.registry"] == "data" and layer["t2tcli.errors"] == "core"
+    planted = tmp_path / "planted.py"
+    planted.write_text("from t2tcli.model import graph\n")
+    assert _layers({**modules, "t2tcli.planted": planted})["t2tcli.planted"] == "model"
+
+
+# "Imports: core, io, data (layout, vocab)." in a docstring: the layers a module imports,
+# with the modules it imports of a layer in parentheses where it names them; or
+# "Imports: nothing of t2tcli." A subpackage's __init__ names the layers its modules may
+# import: all those below it.
+_IMPORTS_LINE = re.compile(r"Imports:\s*(.+?)(?:[.;]\s|[.;]?$)", re.S)
+_ITEM = re.compile(r"(\w+)(?:\s*\(([\w\s,.]*)\))?\s*(?:,\s*and\s+|,\s*|\s+and\s+|$)")
+
+
+def _claim(docstring: str) -> dict[str, set[str] | None] | None:
+    """The docstring's "Imports:" line as {layer: the modules it names, or None}."""
+    match = _IMPORTS_LINE.search(docstring)
+    if match is None:
+        return None
+    text = " ".join(match.group(1).split())
+    if text == "nothing of t2tcli":
+        return {}
+    claim: dict[str, set[str] | None] = {}
+    at = 0
+    while at < len(text):
+        item = _ITEM.match(text, at)
+        assert item and item.end() > at and item.group(1) in LAYERS, f"cannot read 'Imports: {text}' at {text[at:]!r}"
+        names = item.group(2)
+        claim[item.group(1)] = {n for n in re.split(r"[\s,]+|\band\b", names) if n} if names else None
+        at = item.end()
+    return claim
+
+
+def _short(module: str) -> str:
+    """How an "Imports:" line names a module: 't2tcli.data.layout' -> 'layout' (under data),
+    't2tcli.registry' -> 'registry', 't2tcli.builtin.problems' -> 'builtin.problems'."""
+    parts = module.split(".")[1:]
+    return ".".join(parts[1:] if parts and parts[0] in LAYERS else parts)
+
+
+def _real(name: str, modules: dict[str, Path], layer: dict[str, str]) -> dict[str, set[str]]:
+    """{layer: the modules of it that `name` imports}, itself left out."""
+    real: dict[str, set[str]] = {}
+    for target in _imported_modules(modules[name], modules, name):
+        if target != name and target in layer:
+            real.setdefault(layer[target], set()).add(_short(target))
+    return real
+
+
+def _drift(name: str, modules: dict[str, Path], layer: dict[str, str]) -> str | None:
+    """How the module's "Imports:" line differs from its imports (None: it does not, or has none).
+    A layer's __init__ states the rule: every layer below, and the modules it names of one
+    are those the layer's modules import of it."""
+    claim = _claim(ast.get_docstring(ast.parse(modules[name].read_text())) or "")
+    if claim is None:
+        return None
+    if modules[name].name == "__init__.py" and _declared_layer(name) == name.rsplit(".", 1)[-1]:
+        below = LAYERS[: LAYERS.index(layer[name])]
+        if list(claim) != below:
+            return f"says its layer imports {list(claim)}, the rule is {below}"
+        real: dict[str, set[str]] = {}
+        for module in modules:
+            if module.startswith(name + "."):
+                for each, names in _real(module, modules, layer).items():
+                    real.setdefault(each, set()).update(names)
+    else:
+        real = _real(name, modules, layer)
+        if set(claim) != set(real):
+            return f"says it imports {sorted(claim, key=LAYERS.index)}, imports {sorted(real, key=LAYERS.index)}"
+    for each, names in claim.items():
+        if names is not None and names != real.get(each, set()):
+            return f"says it imports {each} {sorted(names)}, imports {each} {sorted(real.get(each, set()))}"
+    return None
+
+
+def test_what_a_docstring_says_a_module_imports_is_what_it_imports():
+    modules = _modules()
+    layer = _layers(modules)
+    drifted = [f"{name}: {why}" for name in sorted(modules) if (why := _drift(name, modules, layer))]
+    assert not drifted, "\n".join(drifted)
+
+
+@pytest.mark.parametrize(
+    "docstring, imports, drifted",
+    [
+        ("Imports: core, data (layout).", "from t2tcli.errors import UserError\nfrom t2tcli.data import layout", False),
+        ("Imports: core, data (layout).", "from t2tcli.data import layout, vocab\n", True),
+        ("Imports: core and io.", "from t2tcli.errors import UserError\n", True),
+        ("Imports: nothing of t2tcli.", "from t2tcli.io import fs\n", True),
+    ],
+)
+def test_the_imports_check_sees_a_drifted_line(tmp_path, docstring, imports, drifted):
+    modules = _modules()
+    planted = tmp_path / "planted.py"
+    planted.write_text(f'"""{docstring}"""\n{imports}')
+    modules["t2tcli.data.planted"] = planted
+    assert (_drift("t2tcli.data.planted", modules, _layers(modules)) is not None) is drifted
 
 
 def test_no_module_is_longer_than_one_reader_takes_in():

@@ -1,7 +1,7 @@
 """What the real machine detection resolves to on the machine the tests run on.
 
 Every other dtype test describes a machine; this one reads /proc/cpuinfo itself and
-checks that `dtype_policy.detect` sees the same CPU and that `auto` picks what that
+checks that `hardware.detect` sees the same CPU and that `auto` picks what that
 CPU calls for, so detection switched off (or seeing the wrong flags) fails somewhere.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from t2tcli.model import dtype_policy
+from t2tcli.model import activation_dtype, hardware, kernel_layout
 
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 
@@ -49,7 +49,7 @@ def onednn_default(monkeypatch):
 @pytest.mark.skipif(not X86, reason="CPU flags are read on x86 only")
 def test_detection_sees_the_flags_proc_cpuinfo_lists(onednn_default):
     flags = _cpuinfo_flags()
-    machine = dtype_policy.detect()
+    machine = hardware.detect()
     assert machine.cpu_flags == flags
     assert machine.cpu_kind() == _expected_kind(flags)
     assert machine.onednn_enabled and machine.onednn_max_isa == ""
@@ -58,13 +58,13 @@ def test_detection_sees_the_flags_proc_cpuinfo_lists(onednn_default):
 @pytest.mark.skipif(not X86, reason="CPU flags are read on x86 only")
 def test_auto_resolves_to_what_this_cpu_runs_natively(onednn_default):
     flags = _cpuinfo_flags()
-    machine = dtype_policy.detect()
+    machine = hardware.detect()
     if machine.device != "cpu":
         pytest.skip(f"the model runs on a {machine.device} here")
     native = bool(flags & {"amx_bf16", "avx512_bf16"})
-    assert dtype_policy.resolve("auto") == ("bfloat16" if native else "float32")
-    assert dtype_policy.emulated_einsum(machine) == (not native)
-    assert dtype_policy.onednn_avx512(machine) == ("avx512f" in flags)
+    assert activation_dtype.resolve("auto") == ("bfloat16" if native else "float32")
+    assert kernel_layout.emulated_einsum(machine) == (not native)
+    assert hardware.onednn_avx512(machine) == ("avx512f" in flags)
 
 
 @pytest.mark.skipif(not X86, reason="CPU flags are read on x86 only")
@@ -72,8 +72,8 @@ def test_onednn_switched_off_or_held_back_is_seen(monkeypatch):
     flags = _cpuinfo_flags()
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx2")
-    machine = dtype_policy.detect()
+    machine = hardware.detect()
     assert machine.cpu_flags == flags
     assert not machine.onednn_enabled and machine.onednn_max_isa == "AVX2"
     if machine.device == "cpu":
-        assert dtype_policy.resolve("auto") == "float32"
+        assert activation_dtype.resolve("auto") == "float32"

@@ -12,7 +12,7 @@ from t2tcli import registry
 from t2tcli.compat import tf
 from t2tcli.decode import tf_predict
 from t2tcli.errors import UserError
-from t2tcli.model import dtype_policy, graph
+from t2tcli.model import activation_dtype, graph, hardware, kernel_layout
 from t2tcli.model import mesh as meshlib
 
 # isort: split
@@ -27,7 +27,7 @@ ARM = frozenset({"fp", "asimd", "sve"})
 
 
 def cpu(flags, **kwargs):
-    return dtype_policy.Machine("cpu", cpu_flags=frozenset(flags), **kwargs)
+    return hardware.Machine("cpu", cpu_flags=frozenset(flags), **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -41,23 +41,23 @@ def cpu(flags, **kwargs):
         (cpu(AMX, onednn_max_isa="AVX512_CORE_BF16"), "bfloat16", "AMX CPU"),
         (cpu(AMX, onednn_max_isa="AVX512_CORE"), "float32", "below AVX512_CORE_BF16"),
         (cpu(AVX512_BF16, onednn_enabled=False), "float32", "TF_ENABLE_ONEDNN_OPTS=0"),
-        (dtype_policy.Machine("gpu", AVX2, gpu_capability=(8, 0)), "bfloat16", "compute capability 8.0"),
-        (dtype_policy.Machine("gpu", AMX, gpu_capability=(7, 5)), "float32", "compute capability 7.5"),
-        (dtype_policy.Machine("tpu", AVX2), "bfloat16", "TPU"),
+        (hardware.Machine("gpu", AVX2, gpu_capability=(8, 0)), "bfloat16", "compute capability 8.0"),
+        (hardware.Machine("gpu", AMX, gpu_capability=(7, 5)), "float32", "compute capability 7.5"),
+        (hardware.Machine("tpu", AVX2), "bfloat16", "TPU"),
     ],
 )
 def test_auto_picks_bfloat16_only_where_it_is_native(machine, dtype, why):
-    choice = dtype_policy.choose("auto", machine)
+    choice = activation_dtype.choose("auto", machine)
     assert choice.dtype == dtype
     assert why in choice.reason and choice.warning is None
 
 
 def test_an_explicit_dtype_wins_and_slow_bfloat16_is_warned_about():
-    slow = dtype_policy.choose("bfloat16", cpu(AVX2))
+    slow = activation_dtype.choose("bfloat16", cpu(AVX2))
     assert slow.dtype == "bfloat16"
     assert "slower than float32" in slow.warning and "activation_dtype=auto" in slow.warning
-    assert dtype_policy.choose("bfloat16", cpu(AMX)).warning is None
-    assert dtype_policy.choose("float32", cpu(AMX)) == dtype_policy.Choice(
+    assert activation_dtype.choose("bfloat16", cpu(AMX)).warning is None
+    assert activation_dtype.choose("float32", cpu(AMX)) == activation_dtype.Choice(
         "float32", "activation_dtype=float32 (set explicitly)"
     )
 
@@ -65,7 +65,7 @@ def test_an_explicit_dtype_wins_and_slow_bfloat16_is_warned_about():
 @pytest.mark.parametrize("value", ["float16", "fp32", "", "BFLOAT16"])
 def test_other_values_are_refused_with_the_accepted_ones(value):
     with pytest.raises(UserError, match="use one of auto, bfloat16, float32"):
-        dtype_policy.choose(value, cpu(AVX2))
+        activation_dtype.choose(value, cpu(AVX2))
 
 
 def test_cpu_kind_names_the_class_a_figure_holds_for():
@@ -90,11 +90,11 @@ def test_cpu_kind_names_the_class_a_figure_holds_for():
         (cpu(AVX512, onednn_max_isa="DEFAULT"), False),
         (cpu(AVX2, onednn_enabled=False), False),
         (cpu(ARM), False),
-        (dtype_policy.Machine("gpu", AVX2, gpu_capability=(8, 0)), False),
+        (hardware.Machine("gpu", AVX2, gpu_capability=(8, 0)), False),
     ],
 )
 def test_decode_kernels_are_transposed_where_onednn_runs_avx2_class_kernels(machine, transposed):
-    assert dtype_policy.transposed_kernels(machine) is transposed
+    assert kernel_layout.transposed_kernels(machine) is transposed
 
 
 @pytest.mark.parametrize(
@@ -107,28 +107,28 @@ def test_decode_kernels_are_transposed_where_onednn_runs_avx2_class_kernels(mach
         (cpu(AVX512, onednn_max_isa="DEFAULT"), True),
         (cpu(AMX, onednn_max_isa="AVX2"), False),
         (cpu(AVX512_BF16, onednn_enabled=False), False),
-        (dtype_policy.Machine("gpu", AVX512, gpu_capability=(8, 0)), False),
+        (hardware.Machine("gpu", AVX512, gpu_capability=(8, 0)), False),
     ],
 )
 def test_beam_attention_runs_on_onednn_only_where_onednn_runs_avx512(machine, onednn):
-    assert dtype_policy.beam_attention_on_onednn(machine) is onednn
+    assert kernel_layout.beam_attention_on_onednn(machine) is onednn
 
 
 @pytest.mark.parametrize(
     "machine, d_ff, padding",
     [
-        (cpu(AVX2), 2048, dtype_policy.FFN_PADDING),
-        (cpu(AVX2), 4096, dtype_policy.FFN_PADDING),
+        (cpu(AVX2), 2048, kernel_layout.FFN_PADDING),
+        (cpu(AVX2), 4096, kernel_layout.FFN_PADDING),
         (cpu(AVX2), 3072, 0),
-        (cpu(AVX2, onednn_enabled=False), 2048, dtype_policy.FFN_PADDING),
+        (cpu(AVX2, onednn_enabled=False), 2048, kernel_layout.FFN_PADDING),
         (cpu(AVX512), 2048, 0),
         (cpu(AMX, onednn_max_isa="AVX2"), 2048, 0),
         (cpu(ARM), 2048, 0),
-        (dtype_policy.Machine("gpu", AVX2, gpu_capability=(8, 0)), 2048, 0),
+        (hardware.Machine("gpu", AVX2, gpu_capability=(8, 0)), 2048, 0),
     ],
 )
 def test_ffn_is_padded_only_at_widths_that_slow_an_avx2_cpus_gemms(machine, d_ff, padding):
-    assert dtype_policy.ffn_padding(machine, d_ff) == padding
+    assert kernel_layout.ffn_padding(machine, d_ff) == padding
 
 
 def test_flags_are_read_from_cpuinfo_and_onednn_settings_from_the_environment(tmp_path, monkeypatch):
@@ -136,13 +136,13 @@ def test_flags_are_read_from_cpuinfo_and_onednn_settings_from_the_environment(tm
     info.write_text(
         "processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\nprocessor\t: 1\n"
     )
-    assert dtype_policy.cpu_flags(str(info)) == {"fpu", "avx2", "avx512f", "avx512_bf16"}
-    assert dtype_policy.cpu_flags(str(tmp_path / "missing")) == frozenset()
+    assert hardware.cpu_flags(str(info)) == {"fpu", "avx2", "avx512f", "avx512_bf16"}
+    assert hardware.cpu_flags(str(tmp_path / "missing")) == frozenset()
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx2")
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
-    machine = dtype_policy.detect()
+    machine = hardware.detect()
     assert (machine.onednn_max_isa, machine.onednn_enabled) == ("AVX2", False)
-    assert dtype_policy.detect(use_tpu=True).device == "tpu"
+    assert hardware.detect(use_tpu=True).device == "tpu"
 
 
 def test_hparams_sets_default_to_auto_and_keep_it():
@@ -164,8 +164,8 @@ def test_emulated_bfloat16_einsum_equals_float32_math_rounded_once():
     np.testing.assert_array_equal(out.numpy(), tf.cast(exact, tf.bfloat16).numpy())
     float32 = [tf.constant(a), tf.constant(b)]
     np.testing.assert_array_equal(emulated.einsum("abc,cd->abd", *float32), native.einsum("abc,cd->abd", *float32))
-    here = dtype_policy.detect()
-    if here.cpu_flags.intersection(dtype_policy._NATIVE_CPU_FLAGS) and not dtype_policy.native_bfloat16(here)[0]:
+    here = hardware.detect()
+    if here.cpu_flags.intersection(hardware.NATIVE_BF16_CPU_FLAGS) and not hardware.native_bfloat16(here)[0]:
         # A bfloat16 CPU held back by ONEDNN_MAX_CPU_ISA: TensorFlow's own bfloat16 Einsum
         # still picks oneDNN's kernel there and crashes the process. The model never runs
         # it there (its einsums are emulated), so neither does this comparison.
@@ -351,7 +351,7 @@ def test_the_chosen_dtype_is_what_the_graphs_compute_in(
     the training graph and the fast engine's decode graph, built for each CPU kind."""
     from t2tcli.decode import fast_kernels
 
-    monkeypatch.setattr(dtype_policy, "detect", lambda use_tpu=False: machine)
+    monkeypatch.setattr(hardware, "detect", lambda use_tpu=False: machine)
     fast_kernels.machine.cache_clear()
     try:
         hp = registry.hparams("mtf_transformer_tiny")

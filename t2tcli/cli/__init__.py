@@ -3,5 +3,6 @@ names run the same modules (t2t-trainer is train, t2t-decoder decode, t2t-export
 export), its flag names are rewritten to ours by t2t_names, and t2t-avg-all and
 t2t-bleu are binaries of their own.
 
-Imports: any layer; nothing imports cli but bin/ and the console scripts.
+Imports: core, io, data, model, interop, train, decode and evaluate; nothing imports cli but
+bin/ and the console scripts.
 """

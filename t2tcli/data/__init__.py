@@ -3,5 +3,5 @@ layout, the datagen stages with their local and Beam runners, and the tf.data pi
 that reads the shards back for training and evaluation (where T5's self-supervised
 objectives corrupt a text problem's documents: objectives, corruption).
 
-Imports: core and io only; data knows nothing of models.
+Imports: core and io; data knows nothing of models.
 """

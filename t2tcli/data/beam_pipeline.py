@@ -19,7 +19,7 @@ Steps hand each other small typed records, which Beam pickles in transit; nothin
 module writes to a file is a pickle. Workers rebuild the problem from the registry by name
 (and --usr_dir code, staged privately and checked against the launcher's digests), which is
 why a Problem needs no Beam-specific code.
-Imports only core, io and data.
+Imports: core, io and data.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ graph of `beam_pipeline`, and turns the pipeline's summary into data_dir's outpu
 the local run's own functions (`stages`, `writer.finish_task`, `meta`). Workers write
 shards into a staging directory inside data_dir; the launcher moves them into place and
 writes each meta file last, so a failed pipeline leaves nothing that looks complete.
-Imports only core, io and data.
+Imports: core, io and data.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 It crosses a file in the staging directory inside data_dir, which on a shared bucket or
 file system others may be able to write: it is plain data, parsed field by field, so a
 file put there can at worst be refused in one line, never run as code (a pickle could).
-Imports only core and data's stages and stats.
+Imports: core and data (stages and stats).
 """
 
 from __future__ import annotations

@@ -3,13 +3,13 @@ that turns a problem's documents into corrupted examples.
 
 Every random draw is stateless, from a seed pair (the run's seed, the piece's index in
 the stream), so a piece's corruption depends on nothing but those two numbers.
-Imports only core and data's objectives.
+Imports: core, data (objectives).
 """
 
 from __future__ import annotations
 
 from t2tcli.compat import tf
-from t2tcli.data.objectives import MIN_PIECE, Objective, Room
+from t2tcli.data.objectives import MIN_PIECE, IidDenoising, Objective, PrefixLM, Room, SpanCorruption
 from t2tcli.errors import UserError
 
 
@@ -70,6 +70,21 @@ def split_at_random(tokens: tf.Tensor, seed: tf.Tensor, room: Room) -> dict[str,
     return {"inputs": tokens[:cut], "targets": tokens[cut:]}
 
 
+def corrupt(objective: Objective, tokens: tf.Tensor, seed: tf.Tensor, room: Room) -> dict[str, tf.Tensor]:
+    """One piece of token ids -> {"inputs", "targets"} (without EOS) as `objective` makes
+    them, from a stateless seed [2]."""
+    if isinstance(objective, SpanCorruption):
+        mask = span_mask(tokens, objective.noise_density, objective.mean_noise_span_length, seed)
+        return split_by_mask(tokens, mask, room)
+    if isinstance(objective, IidDenoising):
+        return split_by_mask(tokens, iid_mask(tokens, objective.noise_density, seed), room)
+    if isinstance(objective, PrefixLM):
+        return split_at_random(tokens, seed, room)
+    raise UserError(
+        f"objective {type(objective).__name__}: use SpanCorruption, IidDenoising or PrefixLM (from t2tcli.problem)"
+    )
+
+
 def check_fits(objective: Objective, room: Room, origin: str) -> int:
     """The objective's piece length at the room's lengths, or a one-line error when its
     examples cannot fit them or the vocabulary (`origin`) has too few sentinels.
@@ -97,8 +112,8 @@ def corrupted(documents: tf.data.Dataset, objective: Objective, room: Room, seed
     piece = check_fits(objective, room, origin)
     pieces = documents.unbatch().batch(piece).filter(lambda tokens: tf.size(tokens) >= MIN_PIECE)
 
-    def corrupt(index: tf.Tensor, tokens: tf.Tensor) -> dict[str, tf.Tensor]:
+    def piece_example(index: tf.Tensor, tokens: tf.Tensor) -> dict[str, tf.Tensor]:
         pair = tf.stack([tf.constant(seed, tf.int64), tf.cast(index, tf.int64)])
-        return objective.corrupt(tokens, pair, room)
+        return corrupt(objective, tokens, pair, room)
 
-    return pieces.enumerate().map(corrupt, num_parallel_calls=tf.data.AUTOTUNE)
+    return pieces.enumerate().map(piece_example, num_parallel_calls=tf.data.AUTOTUNE)

@@ -14,7 +14,7 @@ less is regenerated from scratch on the next run.
 
 This module is the entry point the CLI and tests call; the concerns live beside it:
 `plan` (what to make), `stages` (pass 1), `local_runner` (the passes), `writer` (pass 2),
-`meta`, `stats`, `vocab_sources`, `layout` (file names). Imports only core, io and data.
+`meta`, `stats`, `vocab_sources`, `layout` (file names). Imports: io and data.
 """
 
 from __future__ import annotations

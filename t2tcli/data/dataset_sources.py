@@ -1,6 +1,6 @@
 """Record sources that are not files of the user's: generated toy data and TFDS datasets.
 
-Imports only core and data's source_base; TensorFlow Datasets is imported when read.
+Imports: core, data (source_base); TensorFlow Datasets is imported when read.
 """
 
 from __future__ import annotations

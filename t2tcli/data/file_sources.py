@@ -1,8 +1,8 @@
 """Record sources read from files: CSV, TSV and JSONL, one file or a glob of them.
 
 Files may be local or remote (gs://...): they are reached through `t2tcli.io.fs`. Bad input
-is a one-line `UserError` naming the file and the column or line. Imports only core, io
-and data's source_base.
+is a one-line `UserError` naming the file and the column or line. Imports: core, io
+and data (source_base).
 """
 
 from __future__ import annotations

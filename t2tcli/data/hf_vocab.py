@@ -2,7 +2,7 @@
 
 Datagen takes a vocabulary from such a directory (--vocab_from, VocabSpec.from_model), and
 `t2tcli.interop.hf_t5`, which reads the rest of the directory, takes it from here: data
-must not import interop. Imports only core, io and data's vocab.
+must not import interop. Imports: core, io and data (vocab).
 """
 
 from __future__ import annotations

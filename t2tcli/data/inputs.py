@@ -5,8 +5,8 @@ Reads `{problem}-{split}-NNNNN-of-NNNNN` TFRecord shards of tf.train.Example wit
 sequence ends in EOS, truncates to the hparams' sequence lengths (keeping the EOS),
 packs several examples into one row with segment ids and positions (training default),
 pads to static shapes (mtf and TPUs need them), batches with a fixed batch size and
-prefetches. Shards are found through `layout`. Imports only core, data's layout and vocab,
-and mesh-tensorflow's dataset code.
+prefetches. Shards are found through `layout`. Imports: core and data
+(corruption, layout, objectives, registry and vocab); and mesh-tensorflow's dataset code.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 t2t-datagen writes these files and training, evaluation and decoding read them; all of them
 find the files through this module, so each name and each glob is spelled once, and a shard
 whose size differs from the one datagen recorded is caught by one check. data_dir may be
-remote, so files are reached through `t2tcli.io.fs`. Imports only core and io.
+remote, so files are reached through `t2tcli.io.fs`. Imports: core, io and data (registry).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 It is written last, so its presence says the problem's outputs are complete (see
 `layout.is_complete`); both runners build it here, byte for byte alike, and derive their
-summary lines from it. Imports only io and data's layout, options, problem, stages, stats
-and vocab_sources.
+summary lines from it. Imports: io and data (layout, options, problem, stages, stats
+and vocab_sources).
 """
 
 from __future__ import annotations

@@ -10,19 +10,17 @@ evaluation corrupts the dev split with a fixed seed so checkpoints compare.
 Noise spans become T5's sentinels, taken from the end of the vocabulary:
 <extra_id_0> is the last id, <extra_id_1> the one before, and so on. This module holds
 what a Problem declares and the lengths it implies, without TensorFlow (the registry
-imports it); the ops are in t2tcli.data.corruption. Imports only core.
+imports it); t2tcli.data.corruption turns each objective into tensor ops, so the
+dependence runs one way. Imports: core.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from t2tcli.errors import UserError
-
-if TYPE_CHECKING:
-    from t2tcli.compat import tf
 
 # The shortest piece that can be corrupted: one token kept and one noised.
 MIN_PIECE = 2
@@ -41,7 +39,8 @@ class Room:
 
 @dataclasses.dataclass(frozen=True)
 class Objective:
-    """How a piece of text becomes an example. Subclasses set `name` and the two methods."""
+    """How a piece of text becomes an example. Subclasses set `name` and the lengths;
+    t2tcli.data.corruption holds each one's ops."""
 
     name: ClassVar[str] = ""
 
@@ -52,10 +51,6 @@ class Objective:
     def sentinels_needed(self, inputs_length: int, targets_length: int) -> int:
         """The most sentinels one example can use (0: the objective uses none)."""
         return 0
-
-    def corrupt(self, tokens: tf.Tensor, seed: tf.Tensor, room: Room) -> dict[str, tf.Tensor]:
-        """One piece of token ids -> {"inputs", "targets"} (without EOS), from a stateless seed [2]."""
-        raise NotImplementedError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,12 +93,6 @@ class SpanCorruption(Objective):
     def sentinels_needed(self, inputs_length: int, targets_length: int) -> int:
         return self._counts(self.piece_length(inputs_length, targets_length))[1] + 1
 
-    def corrupt(self, tokens: tf.Tensor, seed: tf.Tensor, room: Room) -> dict[str, tf.Tensor]:
-        from t2tcli.data import corruption
-
-        mask = corruption.span_mask(tokens, self.noise_density, self.mean_noise_span_length, seed)
-        return corruption.split_by_mask(tokens, mask, room)
-
 
 @dataclasses.dataclass(frozen=True)
 class IidDenoising(Objective):
@@ -126,12 +115,6 @@ class IidDenoising(Objective):
         # Spans alternate with kept runs: at most half the piece, rounded up, plus one.
         return math.ceil(self.piece_length(inputs_length, targets_length) / 2) + 1
 
-    def corrupt(self, tokens: tf.Tensor, seed: tf.Tensor, room: Room) -> dict[str, tf.Tensor]:
-        from t2tcli.data import corruption
-
-        mask = corruption.iid_mask(tokens, self.noise_density, seed)
-        return corruption.split_by_mask(tokens, mask, room)
-
 
 @dataclasses.dataclass(frozen=True)
 class PrefixLM(Objective):
@@ -142,8 +125,3 @@ class PrefixLM(Objective):
     def piece_length(self, inputs_length: int, targets_length: int) -> int:
         # Cut anywhere, the prefix and the rest each fit their length.
         return max(min(inputs_length, targets_length) - 1, 1) + 1
-
-    def corrupt(self, tokens: tf.Tensor, seed: tf.Tensor, room: Room) -> dict[str, tf.Tensor]:
-        from t2tcli.data import corruption
-
-        return corruption.split_at_random(tokens, seed, room)

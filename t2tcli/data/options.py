@@ -1,8 +1,8 @@
 """How a datagen run is set, and what follows from that for one problem: its sources by
 split, its shard counts, its read settings and progress bars.
 
-Both runners (local and Beam) derive these the same way from here. Imports only core and
-data's layout, problem and sources.
+Both runners (local and Beam) derive these the same way from here. Imports: core and
+data (layout, leave_out, problem and source_base).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ what it replaces.
 A component is skipped when its meta file matches a fingerprint of everything its outputs
 depend on (`source_fingerprint`) and the vocabulary; the vocabulary is remade when it is
 missing, differs from its source or is described otherwise. The local and Beam runners
-make the same decision here and hold the same locks. Imports only core, io and data's
-layout, options, problem and vocab_sources.
+make the same decision here and hold the same locks. Imports: core, io and data
+(layout, options, problem, vocab and vocab_sources).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A Problem is declarative. Subclasses say where raw records come from (`source`),
 record becomes an {"inputs", "targets"} pair of strings (`preprocess`), which
 vocabulary to use (`vocab`), and how to score outputs (`postprocess`, `metrics`).
 Everything downstream reads the files that `t2t-datagen` writes, named by
-`t2tcli.data.layout`, so the binaries never guess paths. Imports only core and layout.
+`t2tcli.data.layout`, so the binaries never guess paths. Imports: core and data (layout, objectives and registry).
 """
 
 from __future__ import annotations

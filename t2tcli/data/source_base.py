@@ -4,7 +4,7 @@ A source yields `Chunk`s of a few thousand records as a pandas DataFrame of stri
 memory stays flat however large the input grows, and so the per-record Python work in
 datagen is limited to what a problem's preprocessing really needs. Each record carries the
 line it starts on, for error and skip reports, and a stable key, from which datagen derives
-the train/dev split and the shard by hashing. Imports only core.
+the train/dev split and the shard by hashing. Imports: core.
 """
 
 from __future__ import annotations

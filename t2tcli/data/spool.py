@@ -7,7 +7,7 @@ length), then the rows' key hashes, the character lengths of each input and each
 targets: about the size pickle made it. Reading it back can only give strings and numbers, so
 a file swapped in by someone else cannot run code (pickle could). The files are created
 and read through `t2tcli.io.scratch`, which follows no symlink and refuses FIFOs.
-Imports only io and data's layout and stages.
+Imports: core, io and data (layout and stages).
 """
 
 from __future__ import annotations

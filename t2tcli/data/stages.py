@@ -3,7 +3,7 @@
 Both runners push every chunk through `chunk_parts`, so a problem's records become the
 same pairs, reports and split assignment locally and on Beam workers. The process tuning
 for these loops (the cyclic collector, glibc's handling of freed memory) is here too.
-Imports only core and data's options, problem, sources and stats.
+Imports: core and data (options, preprocessing, problem and source_base).
 """
 
 from __future__ import annotations

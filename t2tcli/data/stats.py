@@ -2,7 +2,7 @@
 
 The vocabulary sample and the length histograms are built from parts (chunks locally,
 bundles on Beam workers) and merged in any order into the same result, which is what lets
-both runners write the same vocabulary and meta file. Imports nothing of t2tcli.
+both runners write the same vocabulary and meta file. Imports: nothing of t2tcli.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ a `.gz` file decompressed as it is read and refused once it inflates past a boun
 memory stays bounded by one chunk of records whatever the corpus size or the length of
 one line. A line over `max_chars` characters is cut there as it is read (a document is
 split into pieces for training anyway) and the cuts are counted and reported per file.
-Imports only core, io and data's sources.
+Imports: core, io and data (file_sources and source_base).
 """
 
 from __future__ import annotations

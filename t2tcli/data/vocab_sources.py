@@ -2,8 +2,8 @@
 Face directory, or training on datagen's sample; and how that is described in meta.json,
 so a change of source remakes it.
 
-Both runners decide and make the vocabulary through here. Imports only core, io and data's
-hf_vocab, options, problem, stats and vocab.
+Both runners decide and make the vocabulary through here. Imports: core, io and data
+(hf_vocab, options, problem, stats and vocab).
 """
 
 from __future__ import annotations

@@ -2,5 +2,5 @@
 mesh-tensorflow, CTranslate2) behind one interface, their search loops, and the SavedModel
 export that serves the fast engine.
 
-Imports: core, io, data, model, interop and train (to build the Estimator it predicts with).
+Imports: core, io, data, model, interop and train; train to build the Estimator it predicts with.
 """

@@ -10,14 +10,12 @@ has a distinct token name, so outputs map back to the ids the TF engines would g
 Everything around decoding (reading lines, batching by length, putting results back in
 order, writing) stays t2t-decode's; this module is a `batching.PredictFn`.
 
-Imports: core, io, data, model.
+Imports: core, io, data, model and decode (settings).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -28,7 +26,7 @@ from absl import logging
 from t2tcli.data.vocab import EOS_ID, PAD_ID, Vocabulary
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
-from t2tcli.io import fs
+from t2tcli.io import atomic, fs
 from t2tcli.model import weight_names
 
 if TYPE_CHECKING:
@@ -193,24 +191,19 @@ def converted(
     target = os.path.join(cache_root, f"{os.path.basename(checkpoint_path)}-{index}-{quantization}")
     if os.path.isfile(os.path.join(target, "model.bin")):
         return target
-    os.makedirs(cache_root, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".converting.", dir=cache_root)
     try:
-        rows = weight_names.padded_vocab_size(vocab.vocab_size, hp.vocab_divisor)
-        spec = build_spec(read_values(), hp, vocab.vocab_size, tokens(vocab, rows))
-        spec.validate()
-        spec.optimize(quantization=quantization)
-        spec.save(staging)
-        try:
-            os.replace(staging, target)
-        except OSError:
-            if not os.path.isfile(os.path.join(target, "model.bin")):
-                raise
-            # Another reader of the same checkpoint (an evaluator beside a decoder) got there first.
-            shutil.rmtree(staging, ignore_errors=True)
-            return target
+        with atomic.staged_directory(target) as staging:
+            rows = weight_names.padded_vocab_size(vocab.vocab_size, hp.vocab_divisor)
+            spec = build_spec(read_values(), hp, vocab.vocab_size, tokens(vocab, rows))
+            spec.validate()
+            spec.optimize(quantization=quantization)
+            spec.save(staging)
+    except FileExistsError:
+        if not os.path.isfile(os.path.join(target, "model.bin")):
+            raise
+        # Another reader of the same checkpoint (an evaluator beside a decoder) got there first.
+        return target
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
         try:  # a failed first conversion leaves the model_dir as it was
             if not os.listdir(cache_root):
                 os.rmdir(cache_root)

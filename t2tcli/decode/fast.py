@@ -20,7 +20,7 @@ This module holds the layers, the encoder and teacher-forced scoring; beside it,
 fast_kernels (products and attention per machine), fast_weights (the variables),
 fast_step (the incremental decoder step) and fast_top_k (a step's best next tokens).
 
-Imports: core, model, decode (fast_kernels, fast_weights).
+Imports: core and decode (fast_kernels, fast_weights).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The fast engine's matrix products and attention, in the kernels this machine runs best.
 
 Which kernel a product or an attention takes depends on the CPU (native bfloat16 or
-not, AVX-512 or held back to AVX2): t2tcli.model.dtype_policy decides, once per process,
+not, AVX-512 or held back to AVX2): t2tcli.model.kernel_layout decides, once per process,
 and the functions here follow. The rest of the fast engine multiplies only through them.
 
 Imports: core, model.
@@ -12,32 +12,32 @@ from __future__ import annotations
 import functools
 
 from t2tcli.compat import tf
-from t2tcli.model import dtype_policy
+from t2tcli.model import hardware, kernel_layout
 
 # Queries per attention at most, in a decode step (one per beam of an input).
 DECODE_QUERIES = 8
 
 
 @functools.cache
-def machine() -> dtype_policy.Machine:
+def machine() -> hardware.Machine:
     """This process's machine, detected once (detection lists the GPUs)."""
-    return dtype_policy.detect()
+    return hardware.detect()
 
 
 def transposed_kernels() -> bool:
-    """Whether this process keeps the layers' kernels [out, in] (t2tcli.model.dtype_policy.transposed_kernels)."""
-    return dtype_policy.transposed_kernels(machine())
+    """Whether this process keeps the layers' kernels [out, in] (t2tcli.model.kernel_layout.transposed_kernels)."""
+    return kernel_layout.transposed_kernels(machine())
 
 
 def beam_attention_on_onednn() -> bool:
     """Whether this process attends several queries per product on oneDNN
-    (t2tcli.model.dtype_policy.beam_attention_on_onednn)."""
-    return dtype_policy.beam_attention_on_onednn(machine())
+    (t2tcli.model.kernel_layout.beam_attention_on_onednn)."""
+    return kernel_layout.beam_attention_on_onednn(machine())
 
 
 def bfloat16_in_float32() -> bool:
-    """Whether this process multiplies bfloat16 in float32 (t2tcli.model.dtype_policy.emulated_einsum)."""
-    return dtype_policy.emulated_einsum(machine())
+    """Whether this process multiplies bfloat16 in float32 (t2tcli.model.kernel_layout.emulated_einsum)."""
+    return kernel_layout.emulated_einsum(machine())
 
 
 def matmul(a: tf.Tensor, b: tf.Tensor, transpose_b: bool = False) -> tf.Tensor:
@@ -57,7 +57,7 @@ def dense(x: tf.Tensor, kernel: tf.Tensor, transpose: bool = False) -> tf.Tensor
 
     A 3-D x is flattened to one 2-D MatMul rather than an Einsum: TensorFlow's
     bfloat16 Einsum runs far slower than its MatMul on CPUs without native
-    bfloat16 (t2tcli.model.dtype_policy).
+    bfloat16 (t2tcli.model.kernel_layout).
     """
     if x.shape.rank == 2:
         return matmul(x, kernel, transpose_b=transpose)
@@ -76,7 +76,7 @@ def attend(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, bias: tf.Tensor) -> tf.Tens
         # Eigen's batch matmul (BatchMatMulV3, which oneDNN leaves alone) and an
         # element-wise softmax beat oneDNN's wherever measured (an AVX512-BF16 CPU as
         # itself and held back to AVX2); a beam step's several queries per input go to
-        # oneDNN where it runs AVX-512 (dtype_policy.beam_attention_on_onednn). Longer
+        # oneDNN where it runs AVX-512 (kernel_layout.beam_attention_on_onednn). Longer
         # queries (the encoder, teacher forcing) stay with oneDNN, several times faster.
         logits = tf.raw_ops.BatchMatMulV3(x=q, y=k, adj_y=True, Tout=tf.float32) + bias
         exp = tf.exp(logits - tf.reduce_max(logits, axis=-1, keepdims=True))

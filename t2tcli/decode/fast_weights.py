@@ -14,7 +14,7 @@ from typing import Any
 from t2tcli.compat import tf
 from t2tcli.decode import fast_kernels
 from t2tcli.hparams import HParams
-from t2tcli.model import dtype_policy, weight_names
+from t2tcli.model import activation_dtype, kernel_layout, weight_names
 
 tf1 = tf.compat.v1
 
@@ -57,19 +57,19 @@ class Weights:
     t2tcli.model.weight_names names them for this architecture.
 
     The layers' kernels are kept [out, in] where oneDNN runs AVX2-class kernels
-    (`dtype_policy.transposed_kernels`; transposed once per batch, outside the decode loop),
+    (`kernel_layout.transposed_kernels`; transposed once per batch, outside the decode loop),
     [in, out] as the checkpoint holds them elsewhere; `dense` multiplies by them either way.
-    The FFN's inner width may carry zero units (`dtype_policy.ffn_padding`) that change no value.
+    The FFN's inner width may carry zero units (`kernel_layout.ffn_padding`) that change no value.
     """
 
     def __init__(self, hp: HParams, vocab_size: int) -> None:
         arch = weight_names.Architecture.from_hparams(hp, vocab_size)
         shapes = weight_names.mesh_shapes(arch)
-        self.dims = Dims(hp.d_model, hp.num_heads, hp.d_kv, tf.as_dtype(dtype_policy.resolve(hp.activation_dtype)))
+        self.dims = Dims(hp.d_model, hp.num_heads, hp.d_kv, tf.as_dtype(activation_dtype.resolve(hp.activation_dtype)))
         self.activation = ACTIVATIONS[hp.ffn_activation.removeprefix("gated-")]
         self.gated = arch.gated
         self.transposed = fast_kernels.transposed_kernels()
-        ffn_padding = dtype_policy.ffn_padding(fast_kernels.machine(), hp.d_ff)
+        ffn_padding = kernel_layout.ffn_padding(fast_kernels.machine(), hp.d_ff)
         cast = self.cast
 
         def read(name: str) -> tf.Tensor:
@@ -79,7 +79,7 @@ class Weights:
 
         def kernel(*names: str, zero_rows: int = 0, zero_columns: int = 0) -> tf.Tensor:
             """The kernels of `names` side by side: one matmul computes all their outputs;
-            each kernel with zero rows and columns appended (dtype_policy.ffn_padding)."""
+            each kernel with zero rows and columns appended (kernel_layout.ffn_padding)."""
             parts = [read(n) for n in names]
             if zero_rows or zero_columns:
                 parts = [tf.pad(x, [[0, zero_rows], [0, zero_columns]]) for x in parts]

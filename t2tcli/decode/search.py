@@ -7,7 +7,7 @@ Both are plain TensorFlow on one device, and what the model_fn's PREDICT and the
 SavedModel run. Each loop's variables are named tuples (`Loop`), which tf.while_loop
 carries as they are.
 
-Imports: core, data, decode (the fast_* modules).
+Imports: core, data and decode (fast, fast_step, fast_top_k, fast_weights and settings).
 """
 
 from __future__ import annotations

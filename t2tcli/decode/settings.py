@@ -7,7 +7,7 @@ bounds and the model when it is made, so no flag value can ask for memory the de
 would never finish allocating. `engine=auto` is resolved by one function; the engine
 chosen travels on in the settings, which the model_fn then only reads.
 
-Imports: core, model, decode (ct2, for what CTranslate2 can run).
+Imports: core, model and decode (ct2); ct2 for what CTranslate2 can run.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from t2tcli import hparams
 from t2tcli.decode import ct2
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
-from t2tcli.model import dtype_policy
+from t2tcli.model import activation_dtype
 
 if TYPE_CHECKING:
     from t2tcli.model.loading import LoadedModel
@@ -314,7 +314,7 @@ def choose(model: LoadedModel, decode: DecodeSettings | Mapping[str, Any], scori
         return tf_engine(hp, requested)
     if meshlib.num_gpus():
         return "fast", "a GPU"
-    if dtype_policy.resolve(hp.activation_dtype) == "bfloat16":
+    if activation_dtype.resolve(hp.activation_dtype) == "bfloat16":
         return "fast", "bfloat16 runs natively on this CPU, where the TF engine outruns CTranslate2 float32"
     if not ct2.available():
         return "fast", f"one CPU; CTranslate2 is not installed ({ct2.INSTALL_HINT} adds it)"

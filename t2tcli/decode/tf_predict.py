@@ -6,7 +6,7 @@ PREDICT mode; `build_estimator` is the Estimator that decodes.
 The decode settings arrive resolved (t2tcli.decode.settings.for_model_fn, once per
 Estimator): the engine is already fast or mesh, and nothing here decides it again.
 
-Imports: core, data, model, train, decode.
+Imports: core, model, train and decode.
 """
 
 from __future__ import annotations

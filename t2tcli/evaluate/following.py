@@ -4,7 +4,7 @@ t2t-eval --wait runs beside t2t-train; it must neither give up before the run ha
 started nor wait forever on a run that died, and a checkpoint the trainer deleted
 before its turn is skipped.
 
-Imports: core, model.
+Imports: core, io and model.
 """
 
 from __future__ import annotations

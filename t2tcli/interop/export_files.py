@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
-import shutil
 
 from t2tcli.errors import UserError
 from t2tcli.io import atomic, fs
@@ -43,31 +41,10 @@ def write_whole(files: dict[str, bytes], target: str) -> None:
     if fs.is_remote(target):
         _write_remote(files, target)
         return
-    parent = os.path.dirname(target)
-    os.makedirs(parent, exist_ok=True)
-    staging = _new_directory(parent, f".{os.path.basename(target)}.")
-    try:
+    with atomic.staged_directory(target) as staging:  # replaces the empty directory `place` allowed
         for name, data in files.items():
             with open(os.path.join(staging, name), "wb") as f:
                 f.write(data)
-        if os.path.isdir(target):
-            os.rmdir(target)  # empty, checked by `place`
-        os.replace(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
-def _new_directory(parent: str, prefix: str) -> str:
-    """A new, empty directory in `parent` made with the umask's mode (mkdtemp's is private,
-    and the staged directory becomes the export as it is)."""
-    while True:
-        path = os.path.join(parent, prefix + secrets.token_hex(6))
-        try:
-            os.mkdir(path, 0o777)
-        except FileExistsError:
-            continue
-        return path
 
 
 def _write_remote(files: dict[str, bytes], export_dir: str) -> None:

@@ -3,5 +3,5 @@ or any TensorFlow file system (fs); outputs that appear whole or not at all (ato
 directories claimed by one writer (lock); output locations checked before any work
 (preflight); user text files read once, pipes included (text_files).
 
-Imports: core only (errors, compat, interrupts).
+Imports: core (errors, compat and interrupts).
 """

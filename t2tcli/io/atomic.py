@@ -1,7 +1,7 @@
-"""Output files that are complete or absent, written through names nobody can predict.
+"""Output files and directories that are complete or absent, written through names nobody can predict.
 
-A temporary file next to its target, renamed over it once written and synced, is how
-every output of t2tcli appears. The temporary name comes from `mkstemp` (O_CREAT|O_EXCL,
+A temporary file (or directory: staged_directory) next to its target, renamed over it
+once written, is how every output of t2tcli appears. The temporary name comes from `mkstemp` (O_CREAT|O_EXCL,
 so a symlink or file planted at a guessed name is never followed or reused), carries the
 writer's pid so a later run can clear what a killed one left, and is removed when the
 write fails. A write that fails (a full disk) is reported as an OSError naming the
@@ -15,6 +15,7 @@ import errno
 import functools
 import os
 import re
+import secrets
 import shutil
 import tempfile
 import uuid
@@ -143,6 +144,54 @@ def _remote_output(path: str, mode: str) -> Iterator[IO[Any]]:
         with contextlib.suppress(Exception):
             fs.remove(tmp)
         raise
+
+
+@contextlib.contextmanager
+def staged_directory(target: str, mode: int = 0o777) -> Iterator[str]:
+    """A new local directory to fill, that appears at `target` whole once the block ends
+    without error; a failure removes it.
+
+    It is made beside `target` (a rename never crosses file systems) under a name nobody
+    can predict that carries the writer's pid, so a later run clears what a killed one
+    left; its mode is `mode` less the umask, as mkdir gives (mkdtemp's is private). An
+    empty directory at `target` is replaced. When another writer renamed a directory to
+    `target` first, the staged one is removed and FileExistsError raised, for the caller
+    to take theirs or fail.
+    """
+    if fs.is_remote(target):
+        raise ValueError(f"{target}: only a local directory can be staged (object stores rename no directories)")
+    parent = os.path.dirname(os.path.abspath(target))
+    prefix = _temporary_prefix(target)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        remove_stale(parent, prefix)
+        staging = _new_directory(parent, f"{prefix}{os.getpid()}.", mode)
+    except OSError as exc:
+        raise _named(exc, target) from None
+    try:
+        yield staging
+        try:
+            os.replace(staging, target)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                raise FileExistsError(exc.errno, "made meanwhile by another writer", target) from None
+            raise _named(exc, target) from None
+        _sync_directory(parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _new_directory(parent: str, prefix: str, mode: int) -> str:
+    """A new directory in `parent` under an unpredictable name, made by mkdir with `mode`
+    so the process's umask applies as it stands now."""
+    while True:
+        path = os.path.join(parent, prefix + secrets.token_hex(6))
+        try:
+            os.mkdir(path, mode)
+        except FileExistsError:
+            continue
+        return path
 
 
 @functools.cache

@@ -8,7 +8,7 @@ under the name a run is about to use: the run would then write through it, or re
 what they put there. So a work directory is made by `mkdir` (never taken over), reused or
 removed only when it is a real directory owned by this user, and its files are created
 exclusively (O_EXCL, O_NOFOLLOW, mode 0600) and read back only when they are regular files
-of this user's. Imports: core only.
+of this user's. Imports: core.
 """
 
 from __future__ import annotations

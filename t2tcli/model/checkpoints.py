@@ -185,7 +185,7 @@ def check_complete(checkpoint_path: str) -> None:
     for name, shape in shapes.items():
         if dtypes[name] != tf.string:
             needed += int(np.prod(shape, dtype=np.int64)) * dtypes[name].size
-    held = sum(tf.io.gfile.stat(path).length for path in tf.io.gfile.glob(checkpoint_path + ".data-*"))
+    held = sum(fs.getsize(path) for path in _data_files(checkpoint_path))
     if held < needed:
         raise UserError(
             f"checkpoint {checkpoint_path} is truncated: its data files hold {held} bytes of the {needed} "
@@ -198,10 +198,9 @@ def fingerprint(checkpoint_path: str) -> str:
     something derived from it is keyed by (a data file cut short changes it; reading
     every byte of a T5's data files for a key would cost as much as the conversion)."""
     digest = hashlib.sha256()
-    with tf.io.gfile.GFile(checkpoint_path + ".index", "rb") as f:
-        digest.update(f.read())
-    for data in sorted(tf.io.gfile.glob(checkpoint_path + ".data-*")):
-        digest.update(f"{os.path.basename(data)}:{tf.io.gfile.stat(data).length}".encode())
+    digest.update(fs.read_bytes(checkpoint_path + ".index"))
+    for data in _data_files(checkpoint_path):
+        digest.update(f"{os.path.basename(data)}:{fs.getsize(data)}".encode())
     return digest.hexdigest()[:12]
 
 

@@ -1,7 +1,7 @@
 """The Bitransformer's mtf graph: one model_fn call's mesh, model, features and loss.
 
 Everything here is shared by training, evaluation and decoding; it knows nothing of
-Estimators or of decode settings. Imports: core, data and model only.
+Estimators or of decode settings. Imports: core and model.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 from t2tcli.compat import tf
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
-from t2tcli.model import dtype_policy, gin_bindings, optimization, weight_names
+from t2tcli.model import activation_dtype, gin_bindings, optimization, weight_names
 from t2tcli.model import mesh as meshlib
 
 # isort: split
@@ -26,7 +26,8 @@ FEATURE_KEYS = ("inputs", "targets")
 
 def variable_dtype(hp: HParams, use_tpu: bool = False) -> mtf.VariableDType:
     """float32 variables; activations in hp.activation_dtype as resolved for this machine."""
-    return mtf.VariableDType(tf.float32, tf.float32, tf.as_dtype(dtype_policy.resolve(hp.activation_dtype, use_tpu)))
+    activations = tf.as_dtype(activation_dtype.resolve(hp.activation_dtype, use_tpu))
+    return mtf.VariableDType(tf.float32, tf.float32, activations)
 
 
 def validate(hp: HParams, vocab_size: int, use_tpu: bool = False) -> None:

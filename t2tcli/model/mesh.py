@@ -183,7 +183,7 @@ class PlacementMeshImpl(mtf.placement_mesh_impl.PlacementMeshImpl):
     (t2tcli.model.einsum_order).
 
     TensorFlow's bfloat16 Einsum kernel is far slower than float32's on CPUs without
-    native bfloat16 (see t2tcli.model.dtype_policy); float32 inputs, einsum and a rounding of the
+    native bfloat16 (see t2tcli.model.kernel_layout); float32 inputs, einsum and a rounding of the
     result to bfloat16 give what a native kernel gives (float32 accumulation), at
     float32's speed plus two casts.
     """
@@ -199,7 +199,7 @@ class PlacementMeshImpl(mtf.placement_mesh_impl.PlacementMeshImpl):
 
 
 def placement_mesh_impl(spec: MeshSpec, devices: list[str]) -> PlacementMeshImpl:
-    from t2tcli.model import dtype_policy
+    from t2tcli.model import hardware, kernel_layout
 
-    float32_einsums = not any("GPU" in d for d in devices) and dtype_policy.emulated_einsum(dtype_policy.detect())
+    float32_einsums = not any("GPU" in d for d in devices) and kernel_layout.emulated_einsum(hardware.detect())
     return PlacementMeshImpl(spec.mtf_shape(), spec.mtf_layout(), devices, float32_einsums)

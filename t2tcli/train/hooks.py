@@ -1,7 +1,7 @@
 """What a person watching training sees: a line every few steps with the loss, rates and
 time left, and an optional progress bar.
 
-Imports: core only.
+Imports: core.
 """
 
 from __future__ import annotations

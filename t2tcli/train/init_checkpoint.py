@@ -1,7 +1,7 @@
 """Initialising a new run from a mesh-tensorflow / T5 checkpoint or a Hugging Face T5
 directory: checked before anything is written, then mapped onto the model's variables.
 
-Imports: core, model, interop.
+Imports: core, io, model and interop.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from t2tcli.compat import tf
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.interop import hf_t5
+from t2tcli.io import fs
 from t2tcli.model import checkpoints, weight_names
 
 # isort: split
@@ -134,7 +135,7 @@ def pretrained(init_checkpoint: str) -> hf_t5.HfModel | None:
         return None
     if hf_t5.is_model_dir(init_checkpoint):
         return hf_t5.open_model(init_checkpoint)
-    if not tf.train.latest_checkpoint(init_checkpoint) and not tf.io.gfile.exists(init_checkpoint + ".index"):
+    if not tf.train.latest_checkpoint(init_checkpoint) and not fs.exists(init_checkpoint + ".index"):
         raise UserError(
             f"--init_checkpoint={init_checkpoint}: neither a checkpoint (a directory with one, or a prefix with "
             f"an .index file) nor a Hugging Face T5 directory (with {hf_t5.CONFIG})"

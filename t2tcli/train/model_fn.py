@@ -16,7 +16,7 @@ needs them; the caller pads the last batch to the full batch size):
   for every decoding binary; its docstring holds the PREDICT features and predictions).
   Training needs no decoder, so this layer imports none.
 
-Imports: core, data, model, train.
+Imports: core, model and train.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.interop import hf_t5
 from t2tcli.io import atomic, fs, lock
-from t2tcli.model import checkpoints, dtype_policy, graph, run_records
+from t2tcli.model import activation_dtype, checkpoints, graph, run_records
 from t2tcli.model import mesh as meshlib
 from t2tcli.train import estimator as estimator_lib
 from t2tcli.train import init_checkpoint, model_fn
@@ -210,7 +210,7 @@ def run(cfg: TrainConfig) -> int:
         data_dir=os.path.abspath(cfg.data_dir) if cfg.data_dir and not fs.is_remote(cfg.data_dir) else cfg.data_dir,
         usr_dirs=run_records.absolute_usr_dirs(cfg.usr_dirs),
         flags=cfg.flags,
-        activation_dtype=dtype_policy.resolve(hp.activation_dtype, use_tpu=bool(cfg.tpu)),
+        activation_dtype=activation_dtype.resolve(hp.activation_dtype, use_tpu=bool(cfg.tpu)),
     )
     writes = _writes_checkpoints()
     with lock.hold(cfg.model_dir, "a training run") if writes else contextlib.nullcontext():

@@ -1,0 +1,66 @@
+"""How the CPU's kernels are fed on this machine: whether bfloat16 products are computed
+in float32, which library runs beam attention, whether the fast decode engine keeps its
+kernels transposed, and whether it pads the FFN's inner width.
+
+Each choice follows one machine's facts (t2tcli.model.hardware), never the model's
+numbers: every variant computes the same values, only at a different speed. The
+measurements behind each choice are in BENCHMARKS.md; bench/decode_layout.py forces each
+variant to measure them again on another CPU.
+"""
+
+from __future__ import annotations
+
+from t2tcli.model import hardware
+
+# Zero columns added to the FFN's inner width where ffn_padding() asks for them.
+FFN_PADDING = 16
+
+
+def emulated_einsum(machine: hardware.Machine) -> bool:
+    """Whether bfloat16 einsums should run in float32: on CPUs without native bfloat16,
+    where TensorFlow's bfloat16 Einsum kernel is a scalar loop far slower than float32's."""
+    return machine.device == "cpu" and not hardware.native_bfloat16(machine)[0]
+
+
+def beam_attention_on_onednn(machine: hardware.Machine) -> bool:
+    """Whether a decode step's attention with several queries per product (beam search's
+    encoder-decoder attention: an input's beams against its encoder keys) runs on oneDNN's
+    batch matmul and softmax rather than Eigen's.
+
+    Only where oneDNN runs AVX-512 does its batch matmul beat Eigen's at these shapes.
+    Single queries (greedy decoding, every self-attention step) stay on Eigen everywhere,
+    which is faster for them; AVX2-class CPUs keep Eigen, where oneDNN's gain was within
+    noise.
+    """
+    return hardware.onednn_avx512(machine)
+
+
+def transposed_kernels(machine: hardware.Machine) -> bool:
+    """Whether the fast decode engine should keep its kernels [out, in] (multiplying by
+    them transposed) rather than [in, out] as checkpoints hold them.
+
+    Where oneDNN runs AVX2-class kernels (an AVX2-only CPU, or one with AVX-512 held back
+    by ONEDNN_MAX_CPU_ISA), its float32 GEMM is slow on an [in, out] kernel whose rows are
+    a multiple of 512 floats long, as T5's projections are; transposed it is not. oneDNN's
+    AVX-512 GEMM and Eigen's (TF_ENABLE_ONEDNN_OPTS=0) prefer the kernels as held. Every
+    GEMM where oneDNN runs AVX2 is float32 (bfloat16 ones run in float32 too,
+    t2tcli.decode.fast_kernels.matmul), so the activation dtype need not be asked.
+    """
+    onednn_cpu = machine.device == "cpu" and machine.onednn_enabled and "avx2" in machine.cpu_flags
+    return onednn_cpu and not hardware.onednn_avx512(machine)
+
+
+def ffn_padding(machine: hardware.Machine, d_ff: int) -> int:
+    """Zero columns the fast decode engine adds to the FFN's inner width (its input
+    kernels' outputs and its output kernel's inputs): the FFN computes the same values,
+    as the added units are zero in and out.
+
+    On an AVX2-only CPU both of TensorFlow's float32 GEMMs (Eigen's and oneDNN's) slow
+    down on a kernel whose rows are a multiple of 2,048 floats (8 KiB) long, T5's d_ff
+    among them; a few zero columns more move the rows off that stride. Other widths do
+    not gain, and AVX-512's and bfloat16's GEMMs were not seen to slow down so; a CPU
+    with AVX-512 held back to AVX2 transposes its kernels instead and keeps the width.
+    """
+    if machine.device != "cpu" or "avx2" not in machine.cpu_flags or "avx512f" in machine.cpu_flags:
+        return 0
+    return FFN_PADDING if d_ff % 2048 == 0 else 0
