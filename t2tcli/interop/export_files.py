@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import shutil
+import tempfile
 
 from t2tcli.errors import UserError
 from t2tcli.io import atomic, fs
@@ -38,18 +38,20 @@ def write_whole(files: dict[str, bytes], target: str) -> None:
     """Writes `files` (name -> bytes, in order) as the directory `target` (from `place`).
 
     Locally the directory is assembled beside target and renamed into place, so target is
-    complete or absent, with the mode the umask gives as a directory made in place would.
+    complete or absent. It is staged private (mode 0700), each file made new and never
+    through a symlink, so nobody else can plant anything in it; only just before the rename
+    does it get the mode the umask gives, as a directory made in place would.
     """
     if fs.is_remote(target):
         _write_remote(files, target)
         return
     parent = os.path.dirname(target)
     os.makedirs(parent, exist_ok=True)
-    staging = _new_directory(parent, f".{os.path.basename(target)}.")
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", dir=parent)
     try:
         for name, data in files.items():
-            with open(os.path.join(staging, name), "wb") as f:
-                f.write(data)
+            _write_new(os.path.join(staging, name), data)
+        os.chmod(staging, 0o777 & ~_umask())
         if os.path.isdir(target):
             os.rmdir(target)  # empty, checked by `place`
         os.replace(staging, target)
@@ -58,16 +60,22 @@ def write_whole(files: dict[str, bytes], target: str) -> None:
         raise
 
 
-def _new_directory(parent: str, prefix: str) -> str:
-    """A new, empty directory in `parent` made with the umask's mode (mkdtemp's is private,
-    and the staged directory becomes the export as it is)."""
-    while True:
-        path = os.path.join(parent, prefix + secrets.token_hex(6))
-        try:
-            os.mkdir(path, 0o777)
-        except FileExistsError:
-            continue
-        return path
+def _write_new(path: str, data: bytes) -> None:
+    """`data` as a file made at `path` by this call (the umask's mode), refused when anything,
+    a symlink included, is there already."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_WRONLY, 0o666)
+    except FileExistsError:
+        raise UserError(f"{path}: something is there already, in a directory t2tcli just made for itself") from None
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _umask() -> int:
+    """The process's umask; reading it means setting it, so it is set back at once."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _write_remote(files: dict[str, bytes], export_dir: str) -> None:
