@@ -149,3 +149,44 @@ def test_stop_signals_of_forked_workers_are_not_the_parents():
         timeout=30,
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, "alive\n", "")
+
+
+ANOTHER_CALL = """
+import ctypes, signal, time
+from t2tcli import interrupts
+
+class Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+def hold(path, seconds):  # native and deaf to signals, but it returns
+    until = time.time() + seconds
+    with interrupts.remote_call(path):
+        libc.pthread_mutex_timedlock(mutex, ctypes.byref(Timespec(int(until), int(until % 1 * 1e9))))
+
+interrupts.install()
+signal.signal(signal.SIGTERM, lambda signum, frame: None)  # a handler that lets the run go on
+libc = ctypes.CDLL(None)
+mutex = ctypes.create_string_buffer(64)
+libc.pthread_mutex_lock(mutex)
+print("stuck", flush=True)
+hold("gs://bucket/a", 1)
+hold("gs://bucket/b", 3)
+print("done", flush=True)
+"""
+
+
+def test_only_the_remote_call_the_signal_interrupted_is_waited_on():
+    """The call in progress when the signal came returned in time: a later one, however long,
+    is not a reason to end the process."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ANOTHER_CALL],
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "stuck\n"
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=20)
+    assert (proc.returncode, stdout, stderr) == (0, "done\n", "")
