@@ -11,17 +11,24 @@ Python runs a signal handler only between bytecodes of the main thread, and a ca
 TensorFlow's file systems can stay in native code for minutes (its GCS client retries with
 backoff, and its makedirs asks for a missing bucket forever). A watcher thread therefore learns of
 every stop signal through the interpreter's wakeup file descriptor; when the main thread is
-inside such a remote call (`remote_call`), or a second signal finds the first still not
-handled, and the handler has not run after `FORCE_AFTER_SECONDS`, it writes the one line
-itself and ends the process with the same exit status.
+inside such a remote call (`remote_call`) and that same call is still in progress after
+`FORCE_AFTER_SECONDS` with the signal's handler not run since, or a repeated stop signal has
+waited that long for its handler, it writes the one line itself and ends the process with the
+same exit status. A remote call that returns in time lets the handler run and clean up.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import fcntl
+import itertools
 import os
+import select
 import signal
+import struct
 import sys
+import termios
 import threading
 import time
 from collections.abc import Iterator
@@ -45,21 +52,42 @@ class Interrupted(BaseException):  # noqa: N818 - named for what happened, as Ke
 
 
 class _Signals:
-    """What the watcher compares: stop signals delivered, and those whose handler ran."""
+    """What the watcher compares: where each stop signal's byte sits in the wakeup pipe, and how
+    far into the pipe each signal's handler has reached (a handler call takes up every byte of
+    its signal written before it: Python merges a quick repeat into one call)."""
 
+    read_total = 0  # bytes the watcher has taken from the pipe
+    handled_upto: dict[int, int] = {}  # signal number -> bytes of it before this position are handled
     received = 0
-    handled = 0
-    remote_calls: list[str] = []  # the main thread's remote calls in progress, innermost last
+    remote_calls: list[tuple[int, str]] = []  # the main thread's remote calls in progress, innermost last
+    call_ids = itertools.count()
     watching = False
+    pipe: tuple[int, int] | None = None
+    lock = threading.RLock()  # re-entrant: a handler may run inside another one
+
+
+def _note_handled(signum: int) -> None:
+    with _Signals.lock:
+        reached = _Signals.read_total + _backlog()
+        _Signals.handled_upto[signum] = max(_Signals.handled_upto.get(signum, 0), reached)
+
+
+def _backlog() -> int:
+    """Bytes written into the wakeup pipe that the watcher has not read yet."""
+    if _Signals.pipe is None:
+        return 0
+    with contextlib.suppress(OSError):
+        return struct.unpack("i", fcntl.ioctl(_Signals.pipe[0], termios.FIONREAD, b"\0\0\0\0"))[0]
+    return 0
 
 
 def _raise(signum: int, frame: Any) -> None:
-    _Signals.handled += 1
+    _note_handled(signum)
     raise Interrupted(signum)
 
 
 def _keyboard_interrupt(signum: int, frame: Any) -> None:
-    _Signals.handled += 1
+    _note_handled(signum)
     raise KeyboardInterrupt
 
 
@@ -77,7 +105,7 @@ def remote_call(path: str) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    _Signals.remote_calls.append(path)
+    _Signals.remote_calls.append((next(_Signals.call_ids), path))
     try:
         yield
     finally:
@@ -96,25 +124,93 @@ def _start_watcher() -> None:
         os.close(write_end)
         return
     _Signals.watching = True
+    _Signals.pipe = (read_end, write_end)
     threading.Thread(target=_watch, args=(read_end,), name="stop-signal-watcher", daemon=True).start()
 
 
+def _forget_in_child() -> None:
+    """A forked child has no watcher thread, so it must not write into its parent's pipe: its
+    own stop signals (a Pool's workers get SIGTERM as the pool closes) would count as the parent's."""
+    if _Signals.pipe is None:
+        return
+    with contextlib.suppress(ValueError):  # forked from a thread other than the main one
+        signal.set_wakeup_fd(-1)
+    for end in _Signals.pipe:
+        with contextlib.suppress(OSError):
+            os.close(end)
+    _Signals.pipe = None
+    _Signals.watching = False
+    _Signals.received = 0
+    _Signals.read_total = 0
+    _Signals.handled_upto = {}
+    _Signals.lock = threading.RLock()
+    _Signals.remote_calls = []
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Arrival:
+    """One stop signal as the watcher read it, with what was true at that moment."""
+
+    signum: int
+    position: int  # its place in the pipe
+    call: tuple[int, str] | None  # the innermost remote call then in progress
+    repeat: bool  # not the first stop signal of the process
+    deadline: float
+
+    def taken_up(self) -> bool:
+        """Whether its handler has run since it arrived (a repeat merged into that run counts too)."""
+        return _Signals.handled_upto.get(self.signum, 0) > self.position
+
+    def overdue(self) -> None:
+        """At the deadline, not taken up: ends the process if the remote call it interrupted is
+        still the one in progress, or if it is a repeat; else the handler is left to run."""
+        if self.call is not None and self.call in _Signals.remote_calls:
+            _force_stop(self.signum, self.call[1])
+        elif self.repeat:
+            _force_stop(self.signum, None)
+
+
 def _watch(read_end: int) -> None:
+    pending: list[_Arrival] = []
     while True:
+        timeout = max(0.0, min(a.deadline for a in pending) - time.monotonic()) if pending else None
         try:
-            delivered = os.read(read_end, 64)
-        except OSError:
+            ready, _, _ = select.select([read_end], [], [], timeout)
+            with _Signals.lock:
+                delivered = os.read(read_end, 64) if ready else b""
+                start = _Signals.read_total
+                _Signals.read_total += len(delivered)
+        except (OSError, ValueError):
             return
-        for signum in delivered:
+        if ready and not delivered:
+            return
+        now = time.monotonic()
+        for offset, signum in enumerate(delivered):
             if signum not in _STOP_SIGNALS:
                 continue
             _Signals.received += 1
-            deadline = time.monotonic() + FORCE_AFTER_SECONDS
-            while _Signals.handled < _Signals.received and time.monotonic() < deadline:
-                time.sleep(0.05)
             calls = list(_Signals.remote_calls)
-            if _Signals.handled < _Signals.received and (calls or _Signals.received > 1):
-                _force_stop(signum, calls[-1] if calls else None)
+            pending.append(
+                _Arrival(
+                    signum=signum,
+                    position=start + offset,
+                    call=calls[-1] if calls else None,
+                    repeat=_Signals.received > 1,
+                    deadline=now + FORCE_AFTER_SECONDS,
+                )
+            )
+        still: list[_Arrival] = []
+        for arrival in pending:
+            if arrival.taken_up():
+                continue
+            if time.monotonic() < arrival.deadline:
+                still.append(arrival)
+                continue
+            arrival.overdue()
+        pending = still
 
 
 def _force_stop(signum: int, path: str | None) -> None:
@@ -145,7 +241,7 @@ class GracefulStop:
         previous = {s: signal.getsignal(s) for s in _STOP_SIGNALS}
 
         def record(signum: int, frame: Any) -> None:
-            _Signals.handled += 1
+            _note_handled(signum)
             self.signum = signum
             for s in _STOP_SIGNALS:  # a second signal acts at once
                 signal.signal(s, _raise if s == signal.SIGTERM else _keyboard_interrupt)

@@ -205,18 +205,13 @@ def code_digest(bundle: CodeBundle) -> str:
 
 
 def import_code_bundles(bundles: tuple[CodeBundle, ...], digests: tuple[str, ...]) -> None:
-    """Imports each bundle from its original path where this machine has it (the
-    launcher's own machine, a shared file system), else from a copy written into a fresh
-    directory of this process's own; either way only when the code there hashes to the
-    bundle's digest (what the launcher shipped), else a one-line error and nothing runs."""
+    """Imports each bundle from a copy written into a fresh directory of this process's own,
+    once the copy hashes to the bundle's digest (what the launcher shipped), else a one-line
+    error and nothing runs. Never from its original path, even where this machine has it:
+    what is imported there could change after it was hashed, and compiled files beside the
+    sources (`__pycache__`, extension modules) are not in the digest at all."""
     for bundle, digest in zip(bundles, digests, strict=True):
-        path = bundle[0]
-        if path in _IMPORTED_DIRS:
-            continue
-        if not fs.is_remote(path) and Path(path).exists():
-            _check_digest(_bundle(path), digest, path, "its code there changed after the job was launched")
-            import_usr_dir(path)
-        else:
+        if bundle[0] not in _IMPORTED_DIRS:
             _import_copy(bundle, _private_scratch(), digest)
 
 

@@ -340,6 +340,34 @@ def test_a_job_carries_its_problem_code_to_a_worker_that_lacks_it(usr_dir, tmp_p
     assert not list(scratch.iterdir()), "the worker's private copy goes when it exits"
 
 
+def test_a_worker_that_has_the_launchers_usr_dir_still_imports_its_verified_copy(tmp_path):
+    """Where the launcher's directory exists on the worker, what is beside its sources (an
+    extension module, a compiled file) is in no digest: the worker imports the copy it checked."""
+    import pickle
+
+    usr = tmp_path / "usr"
+    usr.mkdir()
+    (usr / "__init__.py").write_text("from . import helper\nprint(helper.SHIPPED, flush=True)\n")
+    (usr / "helper.py").write_text("SHIPPED = 'shipped'\n")
+    bundles = registry.code_bundles([str(usr)])
+    (usr / "helper.so").write_bytes(b"not the code the job carries")  # found before helper.py
+    (tmp_path / "job.pkl").write_bytes(pickle.dumps((bundles, tuple(map(registry.code_digest, bundles)))))
+    script = (
+        "import pickle, sys\n"
+        "from t2tcli import registry\n"
+        "registry.import_code_bundles(*pickle.load(open(sys.argv[1], 'rb')))\n"
+    )
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "job.pkl")],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TMPDIR=str(scratch)),
+    )
+    assert (proc.returncode, proc.stdout) == (0, "shipped\n"), proc.stderr[-2000:]
+
+
 def test_pretraining_text_that_leaves_out_dev_texts_gives_the_local_bytes(usr_dir, tmp_path):
     raw = tmp_path / "raw"
     write_notes(raw, files=1, rows=120)

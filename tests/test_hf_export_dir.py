@@ -68,3 +68,36 @@ def test_a_symlink_to_nothing_is_one_line_before_anything_is_written(tiny, tmp_p
     with pytest.raises(UserError, match=rf"--export_dir={link} is a symlink to {tmp_path / 'missing'}, which is not"):
         _export(tiny, link)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+
+
+class _Planting(dict):
+    """Files to write that, once the first is written, plant a symlink under the next one's
+    name in the staging directory: what a group member could do in a directory they can enter."""
+
+    def __init__(self, files: dict[str, bytes], parent, victim) -> None:
+        super().__init__(files)
+        self.parent, self.victim, self.staging_modes = parent, victim, []
+
+    def items(self):
+        names = list(self)
+        for i, (name, data) in enumerate(super().items()):
+            if i == 1:
+                (staging,) = [p for p in self.parent.iterdir() if p.name.startswith(".hf.")]
+                self.staging_modes.append(stat.S_IMODE(staging.stat().st_mode))
+                (staging / names[1]).symlink_to(self.victim)
+            yield name, data
+
+
+def test_the_staging_directory_is_private_and_a_symlink_planted_in_it_is_not_followed(tmp_path):
+    from t2tcli.interop import export_files
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    out = tmp_path / "out"
+    out.mkdir()
+    files = _Planting({"config.json": b"{}", "model.safetensors": b"weights"}, out, victim)
+    with pytest.raises(UserError, match="model.safetensors: something is there already"):
+        export_files.write_whole(files, str(out / "hf"))
+    assert files.staging_modes == [0o700]
+    assert victim.read_text() == "precious"
+    assert list(out.iterdir()) == [], "neither the export nor its staging directory is left"

@@ -1,9 +1,11 @@
 """Scratch space another user of the machine cannot plant: datagen's work directories, its
 spool and bucket files, and the copies of user code a Beam worker imports.
 
-Each attack is made as another user (uid 65534, by a forked child that drops its
-privileges), as it would be on a shared login node, and each test asserts what the run
-did instead: a one-line refusal, no code run, the victim's files unchanged.
+Where ownership is what is checked, the attack is made as another user (uid 65534, by a
+forked child that drops its privileges, so only as root), as it would be on a shared login
+node; a FIFO or symlink planted inside a work directory is refused for what it is, so those
+are planted as this user and run everywhere. Each test asserts what the run did instead: a
+one-line refusal, no code run, the victim's files unchanged.
 """
 
 from __future__ import annotations
@@ -179,7 +181,7 @@ def test_a_remote_data_dir_works_in_a_private_directory_and_a_planted_one_is_ref
 def test_a_planted_fifo_spool_is_refused_without_blocking(shared, no_hang):
     data = group_writable_dir(shared / "data")
     work = loosened_work_dir(data)
-    as_other_user(lambda: os.mkfifo(work / "train.spool"))
+    os.mkfifo(work / "train.spool")  # refused for what it is, whoever planted it
     spool = Spool("fingerprint", work_dir=str(work))
     with pytest.raises(UserError, match="train.spool: something is there already"):
         spool.append("train", hashes(1), ["a"], ["b"])
@@ -195,7 +197,7 @@ def test_a_symlinked_spool_or_bucket_leaves_the_victims_file_unchanged(shared, v
         os.symlink(victim, work / "train.spool")
         os.symlink(victim, work / "train.bucket00001")
 
-    as_other_user(plant)
+    plant()  # refused for what it is, whoever planted it
     with pytest.raises(UserError, match="train.spool: something is there already"):
         Spool("fingerprint", work_dir=str(work)).append("train", hashes(1), ["a"], ["b"])
     with pytest.raises(UserError, match="train.bucket00001: something is there already"):
@@ -353,3 +355,47 @@ def test_the_beam_summary_is_json_read_with_types(tmp_path):
     ):
         with pytest.raises(UserError, match=what):
             beam_summary.decode(hostile, "summary.json")
+
+
+# --- failures on the way --------------------------------------------------------------------
+
+
+def test_buckets_opened_before_one_that_is_refused_are_closed(tmp_path, monkeypatch):
+    work = tmp_path / ".copy_sequence.work"
+    scratch.fresh_dir(str(work))
+    Path(layout.bucket_path(str(work), "train", 2)).write_bytes(b"")
+    opened = []
+    create_file = scratch.create_file
+
+    def recorded(path: str):
+        opened.append(create_file(path))
+        return opened[-1]
+
+    monkeypatch.setattr(scratch, "create_file", recorded)
+    with pytest.raises(UserError, match="train.bucket00002: something is there already"):
+        shards.SplitBuckets(str(work), "train", 4)
+    assert len(opened) == 2 and all(f.closed for f in opened)
+
+
+def test_a_work_directory_that_cannot_be_removed_does_not_hide_the_failure(tmp_path, monkeypatch):
+    """The failure that stopped the run is the line the user sees; the refusal to remove its
+    work directory, which came after, is only logged."""
+    from t2tcli.data import local_runner
+
+    remove_dir = scratch.remove_dir
+    failed = []
+
+    def fail(*args, **kwargs):
+        failed.append("write_task")
+        raise UserError("the failure that stopped the run")
+
+    def refuse(path: str) -> None:
+        if not failed:  # removals before the failure go as usual
+            return remove_dir(path)
+        raise UserError(f"{path}: refused")
+
+    monkeypatch.setattr(local_runner, "write_task", fail)
+    monkeypatch.setattr(scratch, "remove_dir", refuse)
+    with pytest.raises(UserError, match="^the failure that stopped the run$"):
+        datagen.generate(registry.problem("copy_sequence"), datagen.Options(data_dir=str(tmp_path / "data")))
+    assert failed == ["write_task"]

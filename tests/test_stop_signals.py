@@ -82,3 +82,111 @@ def test_sigint_is_a_stop_signal_too():
     status, stderr = _finish(proc)
     assert status == 128 + signal.SIGINT, stderr
     assert "stopped by SIGINT while waiting on gs://bucket/data" in stderr
+
+
+RETURNS = """
+import ctypes, sys, time
+from t2tcli import interrupts
+
+class Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+interrupts.install()
+libc = ctypes.CDLL(None)
+mutex = ctypes.create_string_buffer(64)
+libc.pthread_mutex_lock(mutex)
+until = time.time() + float(sys.argv[1])
+print("stuck", flush=True)
+try:
+    with interrupts.remote_call("gs://bucket/data"):  # native, deaf to signals, but it returns
+        libc.pthread_mutex_timedlock(mutex, ctypes.byref(Timespec(int(until), int(until % 1 * 1e9))))
+    print("not stopped", flush=True)
+except interrupts.Interrupted:
+    time.sleep(3)  # cleaning up, past the deadline
+    print("cleaned up", flush=True)
+    sys.exit(143)
+"""
+
+
+def test_two_quick_signals_taken_up_by_one_handler_call_let_the_cleanup_finish():
+    """Python runs a handler once for signals that arrive together: both count as handled,
+    and a remote call that returns lets the handler run and clean up."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RETURNS, "1.5"],
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "stuck\n"
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)  # two deliveries, two bytes in the wakeup pipe, while Python can run no handler
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=20)
+    assert (proc.returncode, stdout, stderr) == (128 + signal.SIGTERM, "cleaned up\n", "")
+
+
+FORKS = """
+import multiprocessing, time
+from t2tcli import interrupts
+
+interrupts.install()
+with multiprocessing.get_context("fork").Pool(3) as pool:
+    assert pool.map(abs, [-1, -2, -3]) == [1, 2, 3]
+time.sleep(3)  # past the deadline of any stop signal counted as this process's
+print("alive", flush=True)
+"""
+
+
+def test_stop_signals_of_forked_workers_are_not_the_parents():
+    """A pool's workers get SIGTERM as it closes; the parent, never signalled, goes on."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORKS],
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "alive\n", "")
+
+
+ANOTHER_CALL = """
+import ctypes, signal, time
+from t2tcli import interrupts
+
+class Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+def hold(path, seconds):  # native and deaf to signals, but it returns
+    until = time.time() + seconds
+    with interrupts.remote_call(path):
+        libc.pthread_mutex_timedlock(mutex, ctypes.byref(Timespec(int(until), int(until % 1 * 1e9))))
+
+interrupts.install()
+signal.signal(signal.SIGTERM, lambda signum, frame: None)  # a handler that lets the run go on
+libc = ctypes.CDLL(None)
+mutex = ctypes.create_string_buffer(64)
+libc.pthread_mutex_lock(mutex)
+print("stuck", flush=True)
+hold("gs://bucket/a", 1)
+hold("gs://bucket/b", 3)
+print("done", flush=True)
+"""
+
+
+def test_only_the_remote_call_the_signal_interrupted_is_waited_on():
+    """The call in progress when the signal came returned in time: a later one, however long,
+    is not a reason to end the process."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ANOTHER_CALL],
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "stuck\n"
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=20)
+    assert (proc.returncode, stdout, stderr) == (0, "done\n", "")

@@ -14,6 +14,8 @@ import gc
 import time
 from typing import Any
 
+from absl import logging
+
 from t2tcli.data import layout
 from t2tcli.data.meta import summary_line
 from t2tcli.data.options import Options, progress
@@ -24,6 +26,7 @@ from t2tcli.data.stages import require_train, split_chunks
 from t2tcli.data.stats import VocabSample
 from t2tcli.data.vocab_sources import make_vocabulary
 from t2tcli.data.writer import ShardWriter
+from t2tcli.errors import UserError
 from t2tcli.io import scratch
 
 
@@ -42,8 +45,10 @@ def run(work: Plan, options: Options) -> list[str]:
                     meta = writer.finish(spool)
                 finally:
                     writer.close()
-            finally:
-                scratch.remove_dir(work_dir)
+            except BaseException:
+                _remove_work_dirs([work_dir], failing=True)
+                raise
+            _remove_work_dirs([work_dir], failing=False)
             summaries.append(summary_line(meta, time.monotonic() - start))
         return summaries
     sample = VocabSample(work.problem.vocab.max_training_sentences) if work.source_vocab is None else None
@@ -64,10 +69,28 @@ def run(work: Plan, options: Options) -> list[str]:
             meta = write_task(task, spools[task.name], work.vocab_file, options)
             seconds[task.name] += time.monotonic() - start
             summaries.append(summary_line(meta, seconds[task.name]))
-    finally:
-        for spool in spools.values():
-            scratch.remove_dir(spool.work_dir)
+    except BaseException:
+        _remove_work_dirs([spool.work_dir for spool in spools.values()], failing=True)
+        raise
+    _remove_work_dirs([spool.work_dir for spool in spools.values()], failing=False)
     return summaries
+
+
+def _remove_work_dirs(paths: list[str], failing: bool) -> None:
+    """Removes each work directory, all of them even when one is refused. While another
+    failure is on its way out, a refusal is logged rather than raised: it would hide that
+    failure, the one the user has to see; otherwise the first refusal is raised."""
+    refused: UserError | None = None
+    for path in paths:
+        try:
+            scratch.remove_dir(path)
+        except UserError as exc:
+            if failing:
+                logging.warning("%s", exc)
+            else:
+                refused = refused or exc
+    if refused is not None:
+        raise refused
 
 
 def read_task(

@@ -19,8 +19,10 @@ Imports: io and data (layout, packed_encoder and vocab).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Sequence
+from typing import BinaryIO
 
 import google_crc32c
 import numpy as np
@@ -106,7 +108,15 @@ class SplitBuckets:
 
     def __init__(self, work_dir: str, split: str, count: int) -> None:
         self.paths = [layout.bucket_path(work_dir, split, i) for i in range(count)]
-        self._files = [scratch.create_file(p) for p in self.paths]
+        self._files: list[BinaryIO] = []
+        try:
+            for path in self.paths:
+                self._files.append(scratch.create_file(path))
+        except BaseException:
+            for f in self._files:  # the ones opened so far; the failure to open is what is raised
+                with contextlib.suppress(OSError):
+                    f.close()
+            raise
 
     def add(self, shards: np.ndarray, records: Spans) -> None:
         order = np.argsort(shards, kind="stable")

@@ -36,15 +36,27 @@ def write_whole(files: dict[str, bytes], target: str) -> None:
     """Writes `files` (name -> bytes, in order) as the directory `target` (from `place`).
 
     Locally the directory is assembled beside target and renamed into place, so target is
-    complete or absent, with the mode the umask gives as a directory made in place would.
+    complete or absent. It is staged private (mode 0700), each file made new and never
+    through a symlink, so nobody else can plant anything in it; only just before the rename
+    does it get the mode the umask gives, as a directory made in place would.
     """
     if fs.is_remote(target):
         _write_remote(files, target)
         return
     with atomic.staged_directory(target) as staging:  # replaces the empty directory `place` allowed
         for name, data in files.items():
-            with open(os.path.join(staging, name), "wb") as f:
-                f.write(data)
+            _write_new(os.path.join(staging, name), data)
+
+
+def _write_new(path: str, data: bytes) -> None:
+    """`data` as a file made at `path` by this call (the umask's mode), refused when anything,
+    a symlink included, is there already."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_WRONLY, 0o666)
+    except FileExistsError:
+        raise UserError(f"{path}: something is there already, in a directory t2tcli just made for itself") from None
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
 
 
 def _write_remote(files: dict[str, bytes], export_dir: str) -> None:

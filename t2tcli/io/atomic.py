@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import os
 import re
 import secrets
@@ -153,8 +152,9 @@ def staged_directory(target: str, mode: int = 0o777) -> Iterator[str]:
 
     It is made beside `target` (a rename never crosses file systems) under a name nobody
     can predict that carries the writer's pid, so a later run clears what a killed one
-    left; its mode is `mode` less the umask, as mkdir gives (mkdtemp's is private). An
-    empty directory at `target` is replaced. When another writer renamed a directory to
+    left. It stays private (0700) while it is filled, so no other user can plant a file or
+    link in it, and takes `mode` less the umask just before it is renamed. An empty
+    directory at `target` is replaced. When another writer renamed a directory to
     `target` first, the staged one is removed and FileExistsError raised, for the caller
     to take theirs or fail.
     """
@@ -165,11 +165,12 @@ def staged_directory(target: str, mode: int = 0o777) -> Iterator[str]:
     try:
         os.makedirs(parent, exist_ok=True)
         remove_stale(parent, prefix)
-        staging = _new_directory(parent, f"{prefix}{os.getpid()}.", mode)
+        staging = _new_directory(parent, f"{prefix}{os.getpid()}.", 0o700)
     except OSError as exc:
         raise _named(exc, target) from None
     try:
         yield staging
+        os.chmod(staging, mode & ~_umask())
         try:
             os.replace(staging, target)
         except OSError as exc:
@@ -183,8 +184,7 @@ def staged_directory(target: str, mode: int = 0o777) -> Iterator[str]:
 
 
 def _new_directory(parent: str, prefix: str, mode: int) -> str:
-    """A new directory in `parent` under an unpredictable name, made by mkdir with `mode`
-    so the process's umask applies as it stands now."""
+    """A new directory in `parent` under an unpredictable name, made by mkdir with `mode`."""
     while True:
         path = os.path.join(parent, prefix + secrets.token_hex(6))
         try:
@@ -194,7 +194,6 @@ def _new_directory(parent: str, prefix: str, mode: int) -> str:
         return path
 
 
-@functools.cache
 def _umask() -> int:
     """The process's umask, read without changing it where Linux shows it."""
     with contextlib.suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as f:
