@@ -143,3 +143,54 @@ def test_the_products_measured_one_at_a_time_are_the_steps_flops(dims):
     total = sum(einsum_shapes.einsum_flops(eq, left, right) * n for _, eq, left, right, n in products)
     assert total == pytest.approx(train.model_flops_per_step(shape, 16, 128, 128), rel=1e-12)
     assert einsum_shapes.einsum_flops("abc,cd->abd", [2, 3, 4], [4, 5]) == 2 * 2 * 3 * 4 * 5
+
+
+TINY = {"d_model": 8, "d_ff": 16, "num_heads": 2, "d_kv": 4, "layers": 1, "vocab": 64, "dropout_rate": 0.25}
+
+
+def test_the_peer_trains_with_torch_adafactor_and_our_dropout():
+    """The peer at its best: PyTorch's own Adafactor, not transformers' Python one, and the
+    dropout the hparams set gives ours (read from it, so the two cannot drift apart)."""
+    torch = pytest.importorskip("torch")
+    import train
+
+    model, opt, step = train.peer_training(TINY, "float32", batch=2, li=4, lt=4, compiled=False)
+    assert type(opt) is torch.optim.Adafactor
+    assert model.config.dropout_rate == 0.25
+    assert model.training
+    before = [p.detach().clone() for p in model.parameters()]
+    step()
+    assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
+    from t2tcli import registry
+
+    assert train.model_dims("t5_small", 32128)["dropout_rate"] == registry.hparams("t5_small").dropout_rate
+
+
+def test_the_peer_rows_cover_eager_and_compile_in_both_dtypes():
+    import train
+
+    rows = train.select_configs("float32", "", "eager,compile")
+    peer = [(kind, dtype) for kind, dtype, _ in rows if kind.startswith("hf")]
+    assert peer == [("hf", "float32"), ("hf", "bfloat16"), ("hf_compile", "float32"), ("hf_compile", "bfloat16")]
+    assert [k for k, _, _ in train.select_configs("float32", "hf", "eager,compile")] == ["hf"] * 2 + ["hf_compile"] * 2
+    assert [(k, d) for k, d, _ in train.select_configs("float32", "hf_compile:bfloat16,t2t:auto", "compile")] == [
+        ("t2t", "auto"),
+        ("hf_compile", "bfloat16"),
+    ]
+    assert {k for k, _, _ in train.select_configs("float32", "", "eager")} == {"t2t", "hf"}
+    with pytest.raises(SystemExit, match="--peer_modes=jit"):
+        train.select_configs("float32", "", "jit")
+    with pytest.raises(SystemExit, match="--only: unknown system tf"):
+        train.select_configs("float32", "tf", "eager")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_peer_worker_times_its_steps_eager_and_compiled(dtype):
+    """Both peer modes end to end in the worker, at the smallest shape."""
+    pytest.importorskip("torch")
+    import train
+
+    for compiled in (False, True):
+        out = train.worker_hf(TINY, dtype, 2, 4, 4, steps=1, budget=60, compiled=compiled)
+        assert out["steps"] == 1 and out["step_time"] > 0
