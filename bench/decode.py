@@ -9,7 +9,12 @@ written as a Hugging Face directory; every system decodes the same weights:
   model_dir made from that directory by `t2t-train --init_checkpoint=DIR --train_steps=0`,
   run as a user runs it (a subprocess on a text file; its own sentences/s, start-up out);
 * Hugging Face `generate` (float32, PyTorch) on the directory itself;
-* bare CTranslate2 (float32, int8) on `ct2-transformers-converter`'s conversion of it.
+* bare CTranslate2 (float32, int8) on `ct2-transformers-converter`'s conversion of it;
+* OpenVINO through optimum-intel's `OVModelForSeq2SeqLM` on its own export of it: OpenVINO's
+  default precision (bfloat16 where the CPU has it), float32, and int8-compressed weights.
+  Its pins clash with ours, so it runs in a venv of its own that the benchmark builds with
+  pip on first use (--openvino_venv; bench/openvino_peer.py); where that fails, one line
+  says why and the OpenVINO rows are left out (--openvino=off leaves them out outright).
 
 All decode the same lines in the same batches (sorted by length, as t2t-decode sorts)
 and exactly --max_decode_length tokens a line: a random model almost never ends a line,
@@ -52,6 +57,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "examples"))
 
+import openvino_peer  # noqa: E402
 from peer import usable_cores  # noqa: E402
 
 # The row of each engine engine=auto may choose on one CPU.
@@ -256,6 +262,20 @@ SYSTEMS = (
     "CTranslate2 float32",
     "CTranslate2 int8",
 )
+OPENVINO_SYSTEMS = ("OpenVINO default", "OpenVINO float32", "OpenVINO int8")
+
+
+def openvino_paths(venv: Path, hf_dir: Path, work: Path) -> tuple[dict, str]:
+    """({"ov_float": IR dir, "ov_int8": IR dir}, '') with the peer's venv ready, else ({}, why not)."""
+    if error := openvino_peer.ensure_venv(venv):
+        return {}, error
+    paths = {}
+    for weights in ("float", "int8"):
+        out = openvino_peer.export(venv, hf_dir, work / f"ov_{weights}", weights)
+        if "error" in out:
+            return {}, f"export of {weights} weights failed: {out['error']}"
+        paths[f"ov_{weights}"] = work / f"ov_{weights}"
+    return paths, ""
 
 
 def measure(name: str, beam: int, src: Path, batches: list, paths: dict, args: argparse.Namespace) -> dict:
@@ -266,6 +286,14 @@ def measure(name: str, beam: int, src: Path, batches: list, paths: dict, args: a
         quantization = "int8" if name.endswith("int8") else "float32"
         return run_t2t(paths["model_dir"], src, beam, args.batch_size, length, engine, quantization)
     forced = not args.model_dir
+    if name.startswith("OpenVINO"):
+        from t2tcli.data.vocab import EOS_ID
+
+        ir_dir = paths["ov_int8"] if name.endswith("int8") else paths["ov_float"]
+        precision = "float32" if name.endswith("float32") else "default"
+        return openvino_peer.decode(
+            paths["ov_venv"], ir_dir, batches, beam, length, forced, precision, EOS_ID, paths["work"]
+        )
     if name.startswith("HF"):
         return run_hf(paths["hf_dir"], batches, beam, length, forced)
     quantization = name.split()[-1]
@@ -302,6 +330,14 @@ def ratios(results: list[dict]) -> list[str]:
                 f"{data}, {search}: t2t-decode ctranslate2 int8 / CTranslate2 int8: "
                 f"{by['t2t-decode ctranslate2 int8'] / by['CTranslate2 int8']:.2f}x",
             ]
+            openvino = [by[name] for name in ("OpenVINO default", "OpenVINO float32") if name in by]
+            if openvino:
+                out.append(f"{data}, {search}: t2t-decode default / OpenVINO best: {default / max(openvino):.2f}x")
+            if "OpenVINO int8" in by:
+                out.append(
+                    f"{data}, {search}: t2t-decode ctranslate2 int8 / OpenVINO int8: "
+                    f"{by['t2t-decode ctranslate2 int8'] / by['OpenVINO int8']:.2f}x"
+                )
             # Drift-free: t2t-decode's own work, timed within each run.
             own = [
                 share
@@ -332,6 +368,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="each system's median of this many runs, in turns")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--quick", action="store_true", help="smoke run: 64 lines, greedy, 1 repeat")
+    parser.add_argument(
+        "--openvino",
+        choices=("auto", "off"),
+        default="auto",
+        help="auto: OpenVINO rows, building their venv on first use (a one-line note where it cannot); off: none",
+    )
+    parser.add_argument(
+        "--openvino_venv",
+        default=str(REPO / "bench" / "out" / "venv-openvino"),
+        help="the OpenVINO peer's own virtual environment (built here with pip if missing)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.lines, args.beams, args.repeats = 64, "1", 1
@@ -355,7 +402,20 @@ def main() -> None:
             "hf_dir": hf_dir,
             "model_dir": model_dir,
             **{q: convert_peer(hf_dir, work, q) for q in ("float32", "int8")},
+            "work": work,
+            "ov_venv": Path(args.openvino_venv).resolve(),
         }
+        systems = list(SYSTEMS)
+        openvino_note = "OpenVINO rows left out: --openvino=off"
+        if args.openvino == "auto":
+            found, why = openvino_paths(paths["ov_venv"], hf_dir, work)
+            paths.update(found)
+            if found:
+                systems += OPENVINO_SYSTEMS
+                openvino_note = ""
+            else:
+                openvino_note = f"OpenVINO rows left out: {why}"
+                print(openvino_note, file=sys.stderr)
         vocab = Vocabulary(str(model_dir / "vocab.model"))
         loaded = loading.load(str(model_dir))
         shape = {k: loaded.hparams.get(k) for k in SHAPE}
@@ -375,11 +435,21 @@ def main() -> None:
             for beam in [int(b) for b in args.beams.split(",")]:
                 chosen, _ = settings.choose(loaded, {"engine": "auto", "beam_size": beam, "alpha": 0.6})
                 default_system = ENGINE_ROWS[chosen]
-                runs: dict[str, list[dict]] = {name: [] for name in SYSTEMS}
+                runs: dict[str, list[dict]] = {name: [] for name in systems}
                 for _ in range(args.repeats):  # in turns, so every system sees the same weather
-                    for name in SYSTEMS:
-                        runs[name].append(measure(name, beam, src, batches, paths, args))
+                    for name in list(systems):
+                        if name not in systems:  # left out after a failed run
+                            continue
+                        result = measure(name, beam, src, batches, paths, args)
+                        if "error" in result:  # only the OpenVINO peer's subprocess answers so
+                            openvino_note = f"OpenVINO rows left out: {name} failed: {result['error']}"
+                            print(openvino_note, file=sys.stderr)
+                            systems = [s for s in systems if s not in OPENVINO_SYSTEMS]
+                            continue
+                        runs[name].append(result)
                 for name, measured in runs.items():
+                    if name not in systems:
+                        continue
                     results.append(
                         dict(
                             median_run(measured),
@@ -416,6 +486,11 @@ def main() -> None:
             f"{r['tokens'] / r['decode_s']:>9.0f}{r['decode_s']:>10.2f}{steps}"
         )
     print(f"sent/s: the median of {args.repeats} runs in turns; range: the slowest and fastest of them.")
+    chosen_precision = {r["precision"] for r in results if r["system"] == "OpenVINO default"}
+    if chosen_precision:
+        print(f"OpenVINO default: the inference precision OpenVINO picked on this CPU, {', '.join(chosen_precision)}.")
+    if openvino_note:
+        print(openvino_note)
     print("tok/s counts the tokens written, EOS and padding left out (a random model's output is mostly padding).")
     if args.model_dir:
         print("steps: decode steps a batch took, on average (CTranslate2 does not say its own).")

@@ -13,17 +13,21 @@
     python bench/train.py --einsums_as_written     # t2tcli without swapping einsum operands (A/B)
     python bench/train.py --step_budget=60         # time slow rows over fewer steps (default: 180 s of them)
     python bench/train.py --run_limit=600          # stop a row's run after 600 s (default 1,200)
+    python bench/train.py --peer_modes=eager       # the peer without torch.compile (default: eager,compile)
+    python bench/train.py --only=hf                # the peer's rows only (hf, hf_compile, or e.g. hf_compile:bfloat16)
 
 Both sides train the same encoder-decoder (the hparams set's d_model, d_ff, heads, d_kv,
 layers; relu FFN, shared embeddings, relative attention; T5's 32,128-row vocabulary) from
-random initialisation with Adafactor and the set's dropout, on the same batch and lengths
-of full (unpadded) random token sequences. t2tcli runs through the same Estimator model_fn as t2t-train,
-with its default activation dtype (auto: what this machine runs fastest) and with
-bfloat16 and float32 forced; the peer runs float32 and bfloat16 autocast and its best
-is compared. Model FLOPs utilisation (MFU) divides analytic model FLOPs (3x forward
-matmul FLOPs, attention included) by this machine's measured matmul peak for the dtype
-used. Each configuration runs in a fresh process, --repeats times in turns, its best
-kept; timings exclude graph building and the first steps.
+random initialisation with Adafactor and the set's dropout, on the same batch and lengths of
+full (unpadded) random token sequences. t2tcli runs through the same Estimator model_fn as
+t2t-train, with its default activation dtype (auto: what this machine runs fastest) and with
+bfloat16 and float32 forced. The peer runs at its best: `torch.optim.Adafactor` (fused
+loops, not transformers' Python one), the set's dropout as ours, float32 and bfloat16
+autocast, each eager and under `torch.compile` (--peer_modes); every row is shown and the
+fastest is the peer's best, which the ratios compare against. Model FLOPs utilisation (MFU)
+divides analytic model FLOPs (3x forward matmul FLOPs, attention included) by this machine's
+measured matmul peak for the dtype used. Each configuration runs in a fresh process,
+--repeats times in turns, its best kept; timings exclude graph building and the first steps.
 """
 
 from __future__ import annotations
@@ -247,30 +251,73 @@ def worker_t2t(
     return clock.result()
 
 
-def worker_hf(dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int, budget: float) -> dict:
+PEER_KINDS = {"eager": "hf", "compile": "hf_compile"}  # --peer_modes: the worker kind of each
+
+
+def peer_training(dims: dict, dtype: str, batch: int, li: int, lt: int, compiled: bool) -> tuple:
+    """(model, optimizer, step) of the peer at its best: `torch.optim.Adafactor`, whose
+    loops PyTorch fuses where transformers' Adafactor runs Python per parameter, and the
+    dropout of our hparams set, since dropout's masks are a real share of a step."""
     import torch
     from peer import t5_peer
-    from transformers.optimization import Adafactor
 
     shape = {k: dims[k] for k in ("d_model", "d_ff", "num_heads", "d_kv")}
     shape.update(num_encoder_layers=dims["layers"], num_decoder_layers=dims["layers"])
     model = t5_peer(shape, dims["vocab"], dropout_rate=dims["dropout_rate"]).train()
-    opt = Adafactor(model.parameters(), lr=1e-3, relative_step=False, scale_parameter=True, warmup_init=False)
+    opt = torch.optim.Adafactor(model.parameters())
+    forward = torch.compile(model) if compiled else model
     inputs = torch.randint(3, dims["vocab"], (batch, li))
     labels = torch.randint(3, dims["vocab"], (batch, lt))
 
     def step() -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
-            loss = model(input_ids=inputs, labels=labels).loss
+            loss = forward(input_ids=inputs, labels=labels).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    return model, opt, step
+
+
+def worker_hf(
+    dims: dict, dtype: str, batch: int, li: int, lt: int, steps: int, budget: float, compiled: bool = False
+) -> dict:
+    _, _, step = peer_training(dims, dtype, batch, li, lt, compiled)
     clock = StepClock(warmup=3, steps=steps, budget=budget)
-    step()
+    step()  # with torch.compile, the compilation: never timed
     while clock.step_done():
         step()
     return clock.result()
+
+
+def select_configs(default: str, only: str, peer_modes: str) -> list[tuple[str, str, str]]:
+    """The rows to run, as (worker kind, dtype, label): --only picks systems (t2t, hf, hf_compile) or
+    one dtype of one (t2t:bfloat16); --peer_modes picks eager and/or torch.compile for the peer."""
+    modes = [m for m in peer_modes.split(",") if m]
+    if not modes or set(modes) - set(PEER_KINDS):
+        raise SystemExit(f"--peer_modes={peer_modes}: give eager, compile or both, comma-separated")
+    configs = [
+        ("t2t", "auto", f"t2tcli default (auto: {default})"),
+        ("t2t", "bfloat16", "t2tcli (mesh-tf) bfloat16"),
+        ("t2t", "float32", "t2tcli (mesh-tf) float32"),
+    ]
+    for mode in modes:
+        suffix = " torch.compile" if mode == "compile" else " eager"
+        configs += [
+            (PEER_KINDS[mode], "float32", "HF T5 float32" + suffix),
+            (PEER_KINDS[mode], "bfloat16", "HF T5 bf16 autocast" + suffix),
+        ]
+    if only:
+        wanted = only.split(",")
+        known = {k for k, _, _ in configs} | {"hf"}
+        if bad := [w for w in wanted if w.split(":")[0] not in known]:
+            raise SystemExit(f"--only: unknown system {bad[0]} (t2t, hf, hf_compile, or one with :dtype)")
+        configs = [
+            c
+            for c in configs
+            if c[0] in wanted or f"{c[0]}:{c[1]}" in wanted or (c[0].startswith("hf") and "hf" in wanted)
+        ]
+    return configs
 
 
 def _spawn(*args: str, limit: float | None = None) -> dict | None:
@@ -299,7 +346,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="runs of each configuration, in turns; best kept")
     parser.add_argument("--profile", default="", help="directory for a trace of a t2tcli step of each dtype")
     parser.add_argument(
-        "--only", default="", help="comma-separated systems to run: t2t, hf, or one dtype of one, e.g. t2t:bfloat16"
+        "--only",
+        default="",
+        help="comma-separated systems to run: t2t, hf (the peer, every mode), hf_compile, or one dtype of one, "
+        "e.g. t2t:bfloat16",
+    )
+    parser.add_argument(
+        "--peer_modes",
+        default="eager,compile",
+        help="how the peer runs: eager, compile (torch.compile) or both; its fastest row is its best",
     )
     parser.add_argument(
         "--mesh_tf_loss",
@@ -377,7 +432,7 @@ def main() -> None:
             if kind == "t2t":
                 out = worker_t2t(json.loads(dims_json), dtype, *sizes, budget, profile_dir=profile)
             else:
-                out = worker_hf(json.loads(dims_json), dtype, *sizes, budget)
+                out = worker_hf(json.loads(dims_json), dtype, *sizes, budget, compiled=kind == "hf_compile")
         print(json.dumps(out))
         return
     dims = model_dims(args.hparams_set, args.vocab)
@@ -389,7 +444,8 @@ def main() -> None:
     peaks = {d: m.get("flops") for d, m in measured.items()}
     print(
         f"Model: {args.hparams_set} {dims}; batch {batch}, inputs/targets length {li}/{lt} "
-        f"({tokens} tokens/step), Adafactor"
+        f"({tokens} tokens/step), Adafactor (the peer: torch.optim.Adafactor), "
+        f"dropout {dims['dropout_rate']} on both sides (the set's)"
     )
     print(f"Model FLOPs per training step: {flops / 1e9:.1f} GFLOP")
     print(
@@ -408,16 +464,7 @@ def main() -> None:
     print()
     print(f"{'system':<34}{'step s':>9}{'tokens/s':>11}{'MFU':>8}   (best of {args.repeats} runs each, in turns)")
     results = {}
-    configs = [
-        ("t2t", "auto", f"t2tcli default (auto: {default})"),
-        ("t2t", "bfloat16", "t2tcli (mesh-tf) bfloat16"),
-        ("t2t", "float32", "t2tcli (mesh-tf) float32"),
-        ("hf", "float32", "HF transformers T5 float32"),
-        ("hf", "bfloat16", "HF transformers T5 bf16 autocast"),
-    ]
-    if args.only:
-        wanted = args.only.split(",")
-        configs = [c for c in configs if c[0] in wanted or f"{c[0]}:{c[1]}" in wanted]
+    configs = select_configs(default, args.only, args.peer_modes)
     dims_json = json.dumps(dims)
     # Runs in turns, each configuration's best kept: a 2-core VM's speed drifts by 10-20%
     # from one minute to the next, more than the differences between some rows.
@@ -453,8 +500,11 @@ def main() -> None:
         note = f"   (over {timed} step{'s' * (timed > 1)}: --step_budget)" if timed < steps else ""
         print(f"{label:<34}{t:>9.3f}{tokens / t:>11.0f}{mfu:>8}{note}")
     ours = max((v for (k, _), v in results.items() if k == "t2t"), default=None)
-    peer = max((v for (k, _), v in results.items() if k == "hf"), default=None)
+    peer = max((v for (k, _), v in results.items() if k.startswith("hf")), default=None)
     print()
+    if peer:
+        label = next(lbl for k, d, lbl in configs if results.get((k, d)) == peer)
+        print(f"HF T5 best: {label}, {peer:.0f} tokens/s")
     if ours and peer:
         if ("t2t", "auto") in results:
             print(f"t2tcli default / HF T5 best tokens/s: {results[('t2t', 'auto')] / peer:.2f}x")

@@ -216,3 +216,126 @@ def test_benchmarks_md_is_rendered_from_the_committed_results():
     for kind in kinds:
         for bench in kind["benchmarks"].values():
             assert bench["measured"] and bench["command"] and bench["rows"]
+
+
+TINY = {"d_model": 8, "d_ff": 16, "num_heads": 2, "d_kv": 4, "layers": 1, "vocab": 64, "dropout_rate": 0.25}
+
+
+def test_the_peer_trains_with_torch_adafactor_and_our_dropout():
+    """The peer at its best: PyTorch's own Adafactor, not transformers' Python one, and the
+    dropout the hparams set gives ours (read from it, so the two cannot drift apart)."""
+    torch = pytest.importorskip("torch")
+    import train
+
+    model, opt, step = train.peer_training(TINY, "float32", batch=2, li=4, lt=4, compiled=False)
+    assert type(opt) is torch.optim.Adafactor
+    assert model.config.dropout_rate == 0.25
+    assert model.training
+    before = [p.detach().clone() for p in model.parameters()]
+    step()
+    assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
+    from t2tcli import registry
+
+    assert train.model_dims("t5_small", 32128)["dropout_rate"] == registry.hparams("t5_small").dropout_rate
+
+
+def test_the_peer_rows_cover_eager_and_compile_in_both_dtypes():
+    import train
+
+    rows = train.select_configs("float32", "", "eager,compile")
+    peer = [(kind, dtype) for kind, dtype, _ in rows if kind.startswith("hf")]
+    assert peer == [("hf", "float32"), ("hf", "bfloat16"), ("hf_compile", "float32"), ("hf_compile", "bfloat16")]
+    assert [k for k, _, _ in train.select_configs("float32", "hf", "eager,compile")] == ["hf"] * 2 + ["hf_compile"] * 2
+    assert [(k, d) for k, d, _ in train.select_configs("float32", "hf_compile:bfloat16,t2t:auto", "compile")] == [
+        ("t2t", "auto"),
+        ("hf_compile", "bfloat16"),
+    ]
+    assert {k for k, _, _ in train.select_configs("float32", "", "eager")} == {"t2t", "hf"}
+    with pytest.raises(SystemExit, match="--peer_modes=jit"):
+        train.select_configs("float32", "", "jit")
+    with pytest.raises(SystemExit, match="--only: unknown system tf"):
+        train.select_configs("float32", "tf", "eager")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_peer_worker_times_its_steps_eager_and_compiled(dtype):
+    """Both peer modes end to end in the worker, at the smallest shape."""
+    pytest.importorskip("torch")
+    import train
+
+    for compiled in (False, True):
+        out = train.worker_hf(TINY, dtype, 2, 4, 4, steps=1, budget=60, compiled=compiled)
+        assert out["steps"] == 1 and out["step_time"] > 0
+
+
+def test_a_built_openvino_venv_is_reused_and_a_half_built_one_is_not(tmp_path, monkeypatch):
+    """The peer's venv is built once; a build that stopped part way (no marker) is built again,
+    and a failed step comes back as one line naming it, with no marker written."""
+    import openvino_peer
+
+    venv, site = tmp_path / "venv", tmp_path / "site"
+    site.mkdir()
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text(f"#!/bin/sh\necho {site}\n")
+    python.chmod(0o755)
+    steps = []
+
+    def run(step, cmd, timeout):
+        steps.append(step)
+        return "pip download failed: ERROR: No matching distribution found for openvino" if "download" in step else ""
+
+    monkeypatch.setattr(openvino_peer, "_run", run)
+    error = openvino_peer.ensure_venv(venv)
+    assert error == "pip download failed: ERROR: No matching distribution found for openvino"
+    assert steps == [f"pip download {openvino_peer.OPENVINO} {openvino_peer.OPTIMUM_INTEL}"]
+    assert not (venv / openvino_peer.READY).exists()
+    shared = (site / openvino_peer.SHARED).read_text().split()
+    assert any(Path(p, "torch").is_dir() or Path(p, "pytest").is_dir() for p in shared)  # our site-packages
+
+    monkeypatch.setattr(openvino_peer, "_run", lambda step, cmd, timeout: steps.append(step) or "")
+    assert openvino_peer.ensure_venv(venv) == ""
+    assert len(steps) == 1 + 4  # download, install, install --no-deps, the import probe
+    assert openvino_peer.ensure_venv(venv) == ""  # built: nothing runs again
+    assert len(steps) == 5
+
+
+def test_a_failed_build_step_says_its_last_error_line():
+    import openvino_peer
+
+    cmd = [sys.executable, "-c", "import sys; print('Collecting x'); sys.exit('ERROR: no wheel for x')"]
+    assert openvino_peer._run("pip install x", cmd, 60) == "pip install x failed: ERROR: no wheel for x"
+    assert openvino_peer._run("python -c pass", [sys.executable, "-c", "pass"], 60) == ""
+
+
+def test_openvino_rows_get_their_ratios():
+    import decode
+
+    def row(system, lines_per_s, default="t2t-decode fast (TF)"):
+        return {
+            "system": system,
+            "lines": lines_per_s,
+            "decode_s": 1.0,
+            "data": "random",
+            "beam": 1,
+            "default_system": default,
+            "own_shares": [],
+        }
+
+    rates = {
+        "t2t-decode fast (TF)": 300,
+        "t2t-decode ctranslate2 float32": 250,
+        "t2t-decode ctranslate2 int8": 240,
+        "HF generate float32": 100,
+        "CTranslate2 float32": 200,
+        "CTranslate2 int8": 220,
+        "OpenVINO default": 150,
+        "OpenVINO float32": 120,
+        "OpenVINO int8": 160,
+    }
+    lines = decode.ratios([row(name, r) for name, r in rates.items()])
+    assert "random, greedy: t2t-decode default / OpenVINO best: 2.00x" in lines
+    assert "random, greedy: t2t-decode ctranslate2 int8 / OpenVINO int8: 1.50x" in lines
+    without = decode.ratios([row(name, r) for name, r in rates.items() if not name.startswith("OpenVINO")])
+    assert not [line for line in without if "OpenVINO" in line]
