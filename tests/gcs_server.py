@@ -7,8 +7,10 @@ here, on 127.0.0.1: it answers CONNECT for those two hosts only, terminates TLS 
 certificate from a certificate authority made when the server starts, and hands the decrypted
 stream to a minimal JSON-API server over an in-memory store. Nothing leaves the machine.
 
-Buckets can be made missing (404, as Google answers), forbidden (403) or failing (503, which
-TensorFlow retries with backoff); every request is logged for the tests to count.
+Buckets can be made missing (404, as Google answers), forbidden (403), failing (503, which
+TensorFlow retries with backoff) or hidden: a 403 for the bucket's own metadata while its
+objects answer, as for a user with an object role only (no storage.buckets.get); every
+request is logged for the tests to count.
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ class Store:
     buckets: dict[str, dict[str, Blob]] = field(default_factory=dict)
     forbidden: set[str] = field(default_factory=set)
     failing: set[str] = field(default_factory=set)
+    hidden: set[str] = field(default_factory=set)
     requests: list[tuple[str, str, str]] = field(default_factory=list)
     uploads: dict[str, tuple[str, str, bytearray]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -210,6 +213,8 @@ class GcsHandler(BaseHTTPRequestHandler):
         bucket = seg[3]
         if len(seg) == 4 and method == "GET":
             self._bucket(store, bucket)
+            if bucket in store.hidden:
+                raise HttpError(403, f"no storage.buckets.get access to bucket {bucket}")
             return 200, {}, {"kind": "storage#bucket", "name": bucket, "location": "US"}
         if len(seg) == 5 and seg[4] == "o" and method == "GET":
             return 200, {}, self._list(self._bucket(store, bucket), query)

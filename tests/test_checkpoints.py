@@ -100,25 +100,62 @@ def _files(directory: str) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted(Path(directory).iterdir())}
 
 
-def test_averaging_never_takes_a_run_back_to_an_older_step(two_checkpoints, tmp_path, binary):
-    """Average M1 into A1, train A1 on past it, average M1 into A1 again: refused in one
-    line, A1 as it was. Averaged again before any training, or once M1 has moved past A1,
-    it is written."""
+def test_averaging_never_writes_over_a_run_trained_on_from_it(two_checkpoints, tmp_path, binary):
+    """Average M1 into A1, fine-tune A1 on to step 30, average M1 into A1 again: refused in
+    one line, A1 as it was, whether M1's newest step is behind, equal to or past A1's (the
+    two runs count their steps apart). Averaged again before any training, it is written."""
     averaged = str(tmp_path / "a1")
     assert checkpoints.average(two_checkpoints, 2, averaged)[1] == [10, 20]
     assert checkpoints.average(two_checkpoints, 2, averaged)[1] == [10, 20], "the same average again"
     make_checkpoint(averaged, 30, np.array([[9.0, 9.0], [9.0, 9.0]]), 9.0)  # fine-tuned on in A1
     before = _files(averaged)
-    with pytest.raises(UserError, match=r"holds step 30, past step 20 of this average .*back to step 20"):
+    refused = r"holds checkpoint model.ckpt-30, which no average wrote"
+    with pytest.raises(UserError, match=refused):
         checkpoints.average(two_checkpoints, 2, averaged)
+    make_checkpoint(two_checkpoints, 30, np.array([[1.0, 1.0], [1.0, 1.0]]), 1.0)  # M1 at A1's own step
+    with pytest.raises(UserError, match=refused):
+        checkpoints.average(two_checkpoints, 2, averaged)
+    with pytest.raises(UserError, match=refused):
+        checkpoints.average(two_checkpoints, 1, averaged, ending_at=30)
+    make_checkpoint(two_checkpoints, 40, np.array([[1.0, 1.0], [1.0, 1.0]]), 1.0)  # M1 past it
+    with pytest.raises(UserError, match=refused):
+        checkpoints.average(two_checkpoints, 2, averaged)
+    with pytest.raises(UserError, match=refused):
+        checkpoints.average(two_checkpoints, 1, averaged, ending_at=40)
     proc = binary("t2t-avg-checkpoints", f"--model_dir={two_checkpoints}", "--num_last=1", f"--output_dir={averaged}")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(f"t2t-avg-checkpoints: error: --output_dir={averaged} holds")
     assert _files(averaged) == before
     assert checkpoints.resolve(averaged, None)[0] == 30
-    make_checkpoint(two_checkpoints, 40, np.array([[1.0, 1.0], [1.0, 1.0]]), 1.0)
-    assert checkpoints.average(two_checkpoints, 2, averaged)[1] == [20, 40]
-    assert checkpoints.resolve(averaged, None)[0] == 40
+    np.testing.assert_allclose(tf.train.load_checkpoint(f"{averaged}/model.ckpt-30").get_tensor("layer/w"), 9.0)
+
+
+def test_averaging_refuses_checkpoint_files_and_state_no_average_wrote(two_checkpoints, tmp_path):
+    """Stray model.ckpt-N files, a `checkpoint` state naming a step no average wrote, and an
+    averaged_from.json whose record is not a list of steps all count as another run's."""
+    averaged = tmp_path / "a1"
+    checkpoints.average(two_checkpoints, 1, str(averaged), ending_at=10)
+    checkpoints.average(two_checkpoints, 1, str(averaged), ending_at=20)
+    record = json.loads((averaged / "averaged_from.json").read_text())
+    assert record["written"] == [10, 20] and record["steps"] == [20]
+    checkpoints.average(two_checkpoints, 2, str(averaged))  # unchanged: written again
+    (averaged / "model.ckpt-20.meta").write_text("x")
+    (averaged / "model.ckpt-20.index").unlink()
+    checkpoints.average(two_checkpoints, 2, str(averaged))  # one of its own, cut short: written again
+    (averaged / "model.ckpt-25.data-00000-of-00001").write_text("x")
+    with pytest.raises(UserError, match="holds checkpoint model.ckpt-25, which no average wrote"):
+        checkpoints.average(two_checkpoints, 2, str(averaged))
+    (averaged / "model.ckpt-25.data-00000-of-00001").unlink()
+    state = averaged / "checkpoint"
+    state.write_text('model_checkpoint_path: "model.ckpt-50"\n')
+    with pytest.raises(UserError, match="holds checkpoint model.ckpt-50, which no average wrote"):
+        checkpoints.average(two_checkpoints, 2, str(averaged))
+    state.write_text('model_checkpoint_path: "model.ckpt-20"\n')
+    for written in (["20"], [True], "20", [-1], None):
+        record["written"] = written
+        (averaged / "averaged_from.json").write_text(json.dumps(record if written is not None else [record]))
+        with pytest.raises(UserError, match="holds (checkpoint model.ckpt-|another run)"):
+            checkpoints.average(two_checkpoints, 2, str(averaged))
 
 
 def test_an_older_window_of_avg_all_leaves_the_latest_checkpoint_alone(two_checkpoints, tmp_path):

@@ -306,6 +306,30 @@ def test_gfile_calls_on_gs_through_tensorflows_client(gcs, monkeypatch):
     assert asked and all(method == "GET" for method, _, _ in asked), "nothing is created in them"
 
 
+def test_a_user_with_object_access_only_writes_to_an_existing_bucket(gcs, monkeypatch):
+    """A 403 for the bucket's metadata (no storage.buckets.get, as Storage Object Admin has) is
+    no refusal while its objects answer: directories are made without asking for the bucket."""
+    for name, value in gcs.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(fs, "_buckets_found", set())
+    store = gcs.bucket("objects-only")
+    gcs.store.hidden.add("objects-only")
+    preflight.check_output_dir("gs://objects-only/run/a", "model_dir")
+    fs.makedirs("gs://objects-only/run/a/b")
+    with fs.open_file("gs://objects-only/run/a/b/out.txt", "wb") as f:
+        f.write(b"written\n")
+    assert store.read("run/a/b/out.txt") == b"written\n"
+    assert {"run/", "run/a/", "run/a/b/"} <= set(gcs.store.buckets["objects-only"]), "the directory markers"
+    assert fs.isdir("gs://objects-only/run/a") and fs.listdir("gs://objects-only/run/a") == ["b/"]
+    bucket_gets = [r for r in _requests_for(gcs, "objects-only") if r[2] == "/storage/v1/b/objects-only"]
+    assert len(bucket_gets) == 1, "the bucket is asked for once, then never again"
+    gcs.store.forbidden.add("objects-only")  # now its objects refuse too
+    monkeypatch.setattr(fs, "_buckets_found", set())
+    refused = r"^--model_dir=gs://objects-only/run: bucket gs://objects-only refused access \(HTTP 403\): check"
+    with pytest.raises(UserError, match=refused):
+        preflight.check_output_dir("gs://objects-only/run", "model_dir")
+
+
 @pytest.mark.slow
 def test_a_missing_gs_bucket_or_a_stopped_proxy_is_one_line_and_nothing_local(gcs, tmp_path):
     here = tmp_path / "here"

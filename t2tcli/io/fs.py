@@ -80,18 +80,33 @@ class BucketError(OSError):
 
 
 _buckets_found: set[str] = set()
+# Buckets whose metadata this process may not read (a 403 for the bucket itself) while its
+# objects answer: object roles such as Storage Object Admin lack storage.buckets.get.
+_buckets_without_metadata: set[str] = set()
+
+
+def _bucket_and_object(path: str) -> tuple[str, str]:
+    bucket, _, obj = path[len("gs://") :].partition("/")
+    return bucket, obj.strip("/")
+
+
+def _http_status(exc: Any) -> str:
+    code = re.search(r"response code (\d+)", str(exc.message))
+    return f"HTTP {code.group(1)}" if code else "permission denied"
 
 
 def check_bucket(path: str) -> None:
     """For a gs:// path, a `BucketError` unless its bucket exists and answers this process.
 
     Asked before anything is created there: TensorFlow's makedirs walks up a path to the
-    bucket's root and, when the bucket does not exist, asks for it again forever. A bucket
-    found once is not asked for again in this process.
+    bucket's root and, when the bucket does not exist, asks for it again forever. Only a 404
+    for the bucket means it does not exist: a 403 for it (no storage.buckets.get) says it
+    exists, and the path itself is asked next, refused only when that is forbidden too.
+    A bucket found once is not asked for again in this process.
     """
     if not path.startswith("gs://"):
         return
-    bucket = path[len("gs://") :].split("/", 1)[0]
+    bucket, obj = _bucket_and_object(path)
     if bucket in _buckets_found:
         return
     if not bucket:
@@ -101,16 +116,58 @@ def check_bucket(path: str) -> None:
     try:
         with interrupts.remote_call(f"gs://{bucket}"):
             found = tf.io.gfile.exists(f"gs://{bucket}/")
-    except tf.errors.PermissionDeniedError as exc:
-        code = re.search(r"response code (\d+)", str(exc.message))
-        status = f"HTTP {code.group(1)}" if code else "permission denied"
-        raise BucketError(path, bucket, f"refused access ({status}): check the credentials") from None
+    except tf.errors.PermissionDeniedError:
+        _check_objects_answer(path, bucket, obj)
+        _buckets_without_metadata.add(bucket)
+        found = True
     except tf.errors.OpError as exc:
         detail = " ".join(str(exc.message).split())[:200]
         raise BucketError(path, bucket, f"did not answer: {detail}") from None
     if not found:
         raise BucketError(path, bucket, "does not exist")
     _buckets_found.add(bucket)
+
+
+def _check_objects_answer(path: str, bucket: str, obj: str) -> None:
+    """A `BucketError` unless the objects at `path` (or one at the bucket's root) may be read."""
+    from t2tcli.compat import tf
+
+    probe = f"gs://{bucket}/{obj}" if obj else f"gs://{bucket}/.t2tcli-access-check"
+    try:
+        with interrupts.remote_call(f"gs://{bucket}"):
+            tf.io.gfile.exists(probe)
+    except tf.errors.PermissionDeniedError as exc:
+        raise BucketError(path, bucket, f"refused access ({_http_status(exc)}): check the credentials") from None
+    except tf.errors.OpError as exc:
+        detail = " ".join(str(exc.message).split())[:200]
+        raise BucketError(path, bucket, f"did not answer: {detail}") from None
+
+
+def _makedirs_below_bucket(path: str) -> None:
+    """makedirs that never asks for the bucket itself: TensorFlow's walks up to the bucket's
+    root, whose metadata a user with object access only may not read. The missing levels
+    are found from the path up, then their directory markers made from the top down."""
+    bucket, obj = _bucket_and_object(path)
+    missing: list[str] = []
+    parts = obj.split("/") if obj else []
+    while parts:
+        level = f"gs://{bucket}/{'/'.join(parts)}"
+        if _gfile().exists(level):
+            if not _gfile().isdir(level):
+                raise OSError(f"{path}: {level} is a file, so the directory cannot be made")
+            break
+        missing.append(level)
+        parts.pop()
+    from t2tcli.compat import tf
+
+    for level in reversed(missing):
+        try:
+            with interrupts.remote_call(level):
+                tf.io.gfile.mkdir(level)
+        except tf.errors.AlreadyExistsError:
+            pass
+        except tf.errors.OpError as exc:
+            raise OSError(f"{level}: {' '.join(str(exc.message).split())[:300]}") from None
 
 
 class _RemoteFile:
@@ -218,10 +275,17 @@ def remove(path: str) -> None:
 
 def makedirs(path: str) -> None:
     if is_remote(path):
-        check_bucket(path)
-        _gfile().makedirs(path)
+        _remote_makedirs(path)
     else:
         os.makedirs(path, exist_ok=True)
+
+
+def _remote_makedirs(path: str) -> None:
+    check_bucket(path)
+    if path.startswith("gs://") and _bucket_and_object(path)[0] in _buckets_without_metadata:
+        _makedirs_below_bucket(path)
+    else:
+        _gfile().makedirs(path)
 
 
 def rmtree(path: str) -> None:
@@ -279,7 +343,6 @@ def mkdtemp(parent: str, prefix: str) -> str:
     """A new directory in `parent` under a name nobody else gets, local or remote."""
     if is_remote(parent):
         path = f"{parent.rstrip('/')}/{prefix}{uuid.uuid4().hex}"
-        check_bucket(path)
-        _gfile().makedirs(path)
+        _remote_makedirs(path)
         return path
     return tempfile.mkdtemp(prefix=prefix, dir=parent)

@@ -243,15 +243,17 @@ def average(model_dir: str, num_last: int, output_dir: str, ending_at: int | Non
     model_dir that eval, decode and export accept. Returns (path, steps averaged).
     output_dir is held (`t2tcli.io.lock`) while it is written, and the checkpoints read
     are pinned, so a trainer still writing model_dir may delete them meanwhile.
-    A run's latest checkpoint never goes back: an output_dir trained on past the step
-    the average would write is refused (its fine-tuning would be lost to every reader),
-    and a window of t2t-avg-all's older than its newest step is added without becoming
-    the latest.
+    An output_dir holding any checkpoint that averaging did not write (one trained on
+    there, whatever its step) is refused: rewriting its `checkpoint` state or its files
+    would lose that training to every reader. A window of t2t-avg-all's older than its
+    newest step is added without becoming the latest.
     """
     if num_last < 1:
         raise UserError(f"--num_last={num_last}: must be at least 1")
     _check_average_target(model_dir, output_dir)
     with lock.hold(output_dir, "averaged checkpoints"), contextlib.ExitStack() as pins:
+        written = _written_steps(output_dir)
+        _check_only_averages(output_dir, written)
         ckpts = [(step, path) for step, path in list_checkpoints(model_dir) if ending_at is None or step <= ending_at]
         if len(ckpts) < num_last:
             logging.warning("only %d checkpoints in %s; averaging all of them", len(ckpts), model_dir)
@@ -272,15 +274,68 @@ def average(model_dir: str, num_last: int, output_dir: str, ending_at: int | Non
             )
         values, newest_step = _averaged_values(chosen)
         out_path = os.path.join(output_dir, f"model.ckpt-{newest_step}")
+        # Recorded before the checkpoint is written, so one cut short is still known as an average's own
+        # and a rerun may write it again.
+        source = {
+            "model_dir": os.path.realpath(model_dir),
+            "steps": [s for s, _ in chosen],
+            "written": sorted(written | {newest_step}),
+        }
+        atomic.write_text(os.path.join(output_dir, AVERAGED_FILE), json.dumps(source, indent=2) + "\n")
         # An earlier window of t2t-avg-all's is added beside newer ones without naming it the latest.
         write_checkpoint(values, out_path, write_state=newer <= newest_step)
         for name in (RUN_FILE, HPARAMS_FILE, VOCAB_FILE):
             src = os.path.join(model_dir, name)
             if fs.exists(src):
                 atomic.copy(src, os.path.join(output_dir, name))
-        source = {"model_dir": os.path.realpath(model_dir), "steps": [s for s, _ in chosen]}
-        atomic.write_text(os.path.join(output_dir, AVERAGED_FILE), json.dumps(source, indent=2) + "\n")
     return out_path, [s for s, _ in chosen]
+
+
+_AVERAGED_NAME_RE = re.compile(r"model\.ckpt-(\d+)(?:\.|$)")
+
+
+def _written_steps(output_dir: str) -> set[int]:
+    """The steps earlier averages wrote into output_dir, as its `averaged_from.json` records
+    them; none where it is missing or malformed (it is read as untrusted input). A file from
+    before the record was kept names only the last step it wrote."""
+    try:
+        record = json.loads(fs.read_bytes(os.path.join(output_dir, AVERAGED_FILE)))
+    except (OSError, ValueError):
+        return set()
+    if not isinstance(record, dict):
+        return set()
+    steps = record.get("written")
+    if steps is None and isinstance(record.get("steps"), list) and record["steps"]:
+        steps = record["steps"][-1:]
+    if not isinstance(steps, list) or not all(type(s) is int and s >= 0 for s in steps):
+        return set()
+    return set(steps)
+
+
+def _check_only_averages(output_dir: str, written: set[int]) -> None:
+    """A one-line error when output_dir holds a checkpoint no average wrote there: in its
+    `checkpoint` state, as complete checkpoints or as stray `model.ckpt-N` files. Its step
+    says nothing about who wrote it: a run fine-tuned from an average counts on from it."""
+    if not fs.isdir(output_dir):
+        return
+    names = {os.path.basename(prefix) for _, prefix in list_checkpoints(output_dir)}
+    names |= {os.path.basename(path) for path in fs.glob_in(output_dir, "model.ckpt-*")}
+    state = tf.train.get_checkpoint_state(output_dir)
+    if state is not None:
+        state_paths = [state.model_checkpoint_path, *state.all_model_checkpoint_paths]
+        for path in state_paths:
+            if os.path.dirname(path) not in ("", output_dir.rstrip("/")):
+                names.add(path)  # a checkpoint elsewhere is never one an average wrote here
+            elif path:
+                names.add(os.path.basename(path))
+    for name in sorted(names):
+        match = _AVERAGED_NAME_RE.match(name)
+        if match is None or int(match.group(1)) not in written:
+            held = match.group(0).rstrip(".") if match else name
+            raise UserError(
+                f"--output_dir={output_dir} holds checkpoint {held}, which no average wrote (a run trained "
+                "there); averaging into it would lose that training; average into a new directory"
+            )
 
 
 def _newest_step(model_dir: str) -> int:
