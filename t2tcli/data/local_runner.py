@@ -4,7 +4,7 @@ Pass 1 (`read_task`) streams each source through the shared stages into a spool,
 the vocabulary exists already, straight into the shard writer; the vocabulary is made
 between the passes; pass 2 (`write_task`) encodes the spool into shards and the meta file.
 Work directories are local scratch (`layout.work_dir`), made fresh and private through
-`t2tcli.io.scratch` and removed whatever happens, a full disk included. Imports: io and
+`t2tcli.io.scratch` and removed whatever happens, a full disk included. Imports: core, io and
 data (layout, meta, options, plan, problem, spool, stages, stats, vocab_sources and writer).
 """
 

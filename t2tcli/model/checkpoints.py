@@ -23,10 +23,10 @@ from absl import logging
 from t2tcli.compat import tf
 from t2tcli.errors import UserError
 from t2tcli.io import atomic, fs, lock
+from t2tcli.model import averaged_outputs
+from t2tcli.model.averaged_outputs import AVERAGED_FILE
 from t2tcli.model.run_records import HPARAMS_FILE, RUN_FILE, VOCAB_FILE
 
-# What t2t-avg-checkpoints writes beside the averaged checkpoint: the model_dir and steps it came from.
-AVERAGED_FILE = "averaged_from.json"
 _STEP_RE = re.compile(r"-(\d+)$")
 
 
@@ -252,8 +252,8 @@ def average(model_dir: str, num_last: int, output_dir: str, ending_at: int | Non
         raise UserError(f"--num_last={num_last}: must be at least 1")
     _check_average_target(model_dir, output_dir)
     with lock.hold(output_dir, "averaged checkpoints"), contextlib.ExitStack() as pins:
-        written = _written_steps(output_dir)
-        _check_only_averages(output_dir, written)
+        written = averaged_outputs.written_steps(output_dir)
+        averaged_outputs.check_only_averages(output_dir, written)
         ckpts = [(step, path) for step, path in list_checkpoints(model_dir) if ending_at is None or step <= ending_at]
         if len(ckpts) < num_last:
             logging.warning("only %d checkpoints in %s; averaging all of them", len(ckpts), model_dir)
@@ -289,53 +289,6 @@ def average(model_dir: str, num_last: int, output_dir: str, ending_at: int | Non
             if fs.exists(src):
                 atomic.copy(src, os.path.join(output_dir, name))
     return out_path, [s for s, _ in chosen]
-
-
-_AVERAGED_NAME_RE = re.compile(r"model\.ckpt-(\d+)(?:\.|$)")
-
-
-def _written_steps(output_dir: str) -> set[int]:
-    """The steps earlier averages wrote into output_dir, as its `averaged_from.json` records
-    them; none where it is missing or malformed (it is read as untrusted input). A file from
-    before the record was kept names only the last step it wrote."""
-    try:
-        record = json.loads(fs.read_bytes(os.path.join(output_dir, AVERAGED_FILE)))
-    except (OSError, ValueError):
-        return set()
-    if not isinstance(record, dict):
-        return set()
-    steps = record.get("written")
-    if steps is None and isinstance(record.get("steps"), list) and record["steps"]:
-        steps = record["steps"][-1:]
-    if not isinstance(steps, list) or not all(type(s) is int and s >= 0 for s in steps):
-        return set()
-    return set(steps)
-
-
-def _check_only_averages(output_dir: str, written: set[int]) -> None:
-    """A one-line error when output_dir holds a checkpoint no average wrote there: in its
-    `checkpoint` state, as complete checkpoints or as stray `model.ckpt-N` files. Its step
-    says nothing about who wrote it: a run fine-tuned from an average counts on from it."""
-    if not fs.isdir(output_dir):
-        return
-    names = {os.path.basename(prefix) for _, prefix in list_checkpoints(output_dir)}
-    names |= {os.path.basename(path) for path in fs.glob_in(output_dir, "model.ckpt-*")}
-    state = tf.train.get_checkpoint_state(output_dir)
-    if state is not None:
-        state_paths = [state.model_checkpoint_path, *state.all_model_checkpoint_paths]
-        for path in state_paths:
-            if os.path.dirname(path) not in ("", output_dir.rstrip("/")):
-                names.add(path)  # a checkpoint elsewhere is never one an average wrote here
-            elif path:
-                names.add(os.path.basename(path))
-    for name in sorted(names):
-        match = _AVERAGED_NAME_RE.match(name)
-        if match is None or int(match.group(1)) not in written:
-            held = match.group(0).rstrip(".") if match else name
-            raise UserError(
-                f"--output_dir={output_dir} holds checkpoint {held}, which no average wrote (a run trained "
-                "there); averaging into it would lose that training; average into a new directory"
-            )
 
 
 def _newest_step(model_dir: str) -> int:
