@@ -107,7 +107,8 @@ def test_a_strong_length_penalty_picks_another_beam_winner(toy):
     with tf.Graph().as_default():
         w = fast_weights.Weights(hp, vocab_size)
         decoded = {
-            alpha: search.decode(w, tf.constant(ids), {"beam_size": 4, "alpha": alpha}, 16).ids for alpha in (0.0, 5.0)
+            alpha: search.decode(w, tf.constant(ids), DecodeSettings.of({"beam_size": 4, "alpha": alpha}, hp), 16).ids
+            for alpha in (0.0, 5.0)
         }
         saver = tf.compat.v1.train.Saver()
         with tf.compat.v1.Session() as session:
