@@ -47,6 +47,7 @@ def update_time_ms(optimizer_class, shapes, rounds: int) -> float:
 
     from t2tcli import registry
     from t2tcli.compat import tf
+    from t2tcli.model import hardware, kernel_layout
     from t2tcli.model import mesh as meshlib
 
     tf1 = tf.compat.v1
@@ -65,7 +66,9 @@ def update_time_ms(optimizer_class, shapes, rounds: int) -> float:
             grads.append(mtf.import_tf_tensor(mesh, grad.read_value(), shape))
         variables = graph.trainable_variables
         ops = optimizer_class(learning_rate=tf.constant(1e-6)).apply_grads(grads, variables)
-        lowering = mtf.Lowering(graph, {mesh: meshlib.placement_mesh_impl(spec, [""])})
+        float32_einsums = kernel_layout.emulated_einsum(hardware.detect())
+        impl = meshlib.PlacementMeshImpl(spec.mtf_shape(), spec.mtf_layout(), [""], float32_einsums)
+        lowering = mtf.Lowering(graph, {mesh: impl})
         update = tf.group([lowering.lowered_operation(op) for op in ops])
         with tf1.Session() as sess:
             sess.run(tf1.global_variables_initializer())

@@ -161,13 +161,13 @@ def worker_t2t(
 
     from t2tcli import registry
     from t2tcli.compat import tf
-    from t2tcli.model import gin_bindings, optimization
+    from t2tcli.model import config, gin_bindings, optimization
     from t2tcli.train import estimator, model_fn
 
     if os.environ.get(MESH_TF_LOSS):
-        gin_bindings.fuses_loss = lambda hp, use_tpu: False
+        gin_bindings.fuses_loss = lambda config: False
     if os.environ.get(MESH_TF_NORM):
-        gin_bindings.fuses_norm = lambda hp, use_tpu: False
+        gin_bindings.fuses_norm = lambda config: False
     if os.environ.get(EINSUMS_AS_WRITTEN):
         from t2tcli.model import einsum_order
 
@@ -175,7 +175,7 @@ def worker_t2t(
     if os.environ.get(MESH_TF_ATTENTION):
         gin_bindings.head_major = lambda use_tpu: False
     if os.environ.get(SEPARATE_PROJECTIONS):
-        gin_bindings.joins_projections = lambda hp, use_tpu: False
+        gin_bindings.joins_projections = lambda config: False
     if os.environ.get(PER_LAYER_BIAS):
         from mesh_tensorflow.transformer import transformer_layers
 
@@ -245,7 +245,9 @@ def worker_t2t(
 
     with tempfile.TemporaryDirectory() as model_dir:
         est = estimator.build_estimator(
-            model_dir, hp, dims["vocab"], model_fn.TrainSettings(save_checkpoints_steps=10**9, log_every_steps=10**9)
+            model_dir,
+            config.build(hp, dims["vocab"]),
+            model_fn.TrainSettings(save_checkpoints_steps=10**9, log_every_steps=10**9),
         )
         est.train(input_fn, max_steps=clock.warmup + steps + 1, hooks=[Steps()])
     return clock.result()

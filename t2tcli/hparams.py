@@ -95,15 +95,22 @@ class HParams:
     heads_share_width = False
 
     def __init__(self, **values: Any) -> None:
-        object.__setattr__(self, "_values", {})
         for key, value in values.items():
             self.add_hparam(key, value)
+
+    @property
+    def _values(self) -> dict[str, Any]:
+        # The values live in the instance's own namespace, so that reading `hp.d_model` is a
+        # plain attribute read rather than a call; every write still goes through set_hparam.
+        return self.__dict__
 
     def add_hparam(self, key: str, value: Any) -> None:
         if key in self._values:
             raise UserError(f"hparam '{key}' already exists")
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             raise UserError(f"hparam name '{key}' is not a valid identifier")
+        if hasattr(type(self), key):
+            raise UserError(f"hparam name '{key}' is reserved (a method of HParams)")
         self._values[key] = value
 
     def __getattr__(self, key: str) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import test_numerics
 
 from t2tcli import registry
 from t2tcli.compat import tf
@@ -53,7 +54,7 @@ def _train(optimizer_class, mesh_shape: str, steps: int = 3) -> dict[str, np.nda
         variables = graph.trainable_variables
         grads = mtf.gradients([loss], [v.outputs[0] for v in variables])
         update_ops = optimizer_class(learning_rate=tf.constant(0.01)).apply_grads(grads, variables)
-        lowering = mtf.Lowering(graph, {mesh: meshlib.placement_mesh_impl(spec, [""] * spec.size)})
+        lowering = mtf.Lowering(graph, {mesh: test_numerics.mesh_impl(spec, [""] * spec.size)})
         update = tf.group([lowering.lowered_operation(op) for op in update_ops])
         with tf.control_dependencies([update]):
             step = tf1.assign_add(global_step, 1)

@@ -17,6 +17,7 @@ from t2tcli.data.vocab import EOS_ID
 from t2tcli.decode import batching, ct2, engines, settings
 from t2tcli.errors import UserError
 from t2tcli.model import checkpoints, hardware, loading
+from t2tcli.model import config as model_config
 
 require_extra("ctranslate2")
 
@@ -176,8 +177,9 @@ def test_auto_keeps_the_tf_engine_where_bfloat16_is_native(toy, monkeypatch, fla
     """With activation_dtype=auto, a CPU that runs bfloat16 natively decodes on the TF engine."""
     model, _ = toy
     monkeypatch.setattr(hardware, "detect", lambda use_tpu=False: test_numerics.cpu(flags))
-    auto = dataclasses.replace(model, hparams=model.hparams.copy())
-    auto.hparams.activation_dtype = "auto"
+    hp = model.hparams.copy()
+    hp.activation_dtype = "auto"
+    auto = dataclasses.replace(model, config=model_config.build(hp, model.vocab.vocab_size))
     chosen, why = settings.choose(auto, {"engine": "auto", "beam_size": 1})
     assert chosen == engine and (engine == "ctranslate2" or "bfloat16 runs natively" in why)
     assert settings.choose(auto, {"engine": "ctranslate2", "beam_size": 1})[0] == "ctranslate2"

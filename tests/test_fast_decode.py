@@ -15,6 +15,7 @@ from t2tcli.data.vocab import EOS_ID, Vocabulary
 from t2tcli.decode import fast, fast_kernels, fast_top_k, fast_weights, search, tf_predict
 from t2tcli.decode.settings import DecodeSettings
 from t2tcli.errors import UserError
+from t2tcli.model import config as model_config
 from t2tcli.model import kernel_layout, run_records
 
 BATCH = 8
@@ -39,7 +40,7 @@ def _predict(
     hp = hp.copy()
     hp.activation_dtype = dtype
     decode = {"engine": engine, "max_decode_length": 16, **decode}
-    est = tf_predict.build_estimator(model_dir, hp, vocab_size, decode)
+    est = tf_predict.build_estimator(model_dir, model_config.build(hp, vocab_size), decode)
     features = {"inputs": ids} if targets is None else {"inputs": ids, "targets": targets}
     preds = list(
         est.predict(
@@ -105,7 +106,7 @@ def test_a_strong_length_penalty_picks_another_beam_winner(toy):
     hp = hp.copy()
     hp.activation_dtype = "float32"
     with tf.Graph().as_default():
-        w = fast_weights.Weights(hp, vocab_size)
+        w = fast_weights.Weights(model_config.build(hp, vocab_size))
         decoded = {
             alpha: search.decode(w, tf.constant(ids), DecodeSettings.of({"beam_size": 4, "alpha": alpha}, hp), 16).ids
             for alpha in (0.0, 5.0)
@@ -151,7 +152,7 @@ def test_the_model_fn_hands_each_engines_beam_search_its_alpha(engine, monkeypat
     hp = registry.hparams("mtf_transformer_tiny")
     hp.activation_dtype = "float32"
     decode = {"engine": engine, "beam_size": 4, "alpha": 0.7, "max_decode_length": 8}
-    est = tf_predict.build_estimator(str(tmp_path), hp, 40, decode)
+    est = tf_predict.build_estimator(str(tmp_path), model_config.build(hp, 40), decode)
     with tf.Graph().as_default(), pytest.raises(_Reached):
         features = {"inputs": tf.zeros([2, hp.inputs_length], tf.int32)}
         est.model_fn(features, None, tf.estimator.ModeKeys.PREDICT, est.config)
@@ -165,7 +166,9 @@ def _search(toy, decode: dict) -> dict:
     hp.activation_dtype = "float32"
     settings = DecodeSettings(**{"beam_size": 1, "alpha": 0.0, "temperature": 0.0, "top_k": 0, **decode})
     with tf.Graph().as_default():
-        decoded = search.decode(fast_weights.Weights(hp, vocab_size), tf.constant(ids), settings, 16)
+        decoded = search.decode(
+            fast_weights.Weights(model_config.build(hp, vocab_size)), tf.constant(ids), settings, 16
+        )
         saver = tf.compat.v1.train.Saver()
         with tf.compat.v1.Session() as session:
             saver.restore(session, tf.train.latest_checkpoint(model_dir))
@@ -212,7 +215,7 @@ def test_an_unknown_ffn_activation_is_refused_before_a_graph_is_built(toy):
     hp = hp.copy()
     hp.ffn_activation = "elu"
     with pytest.raises(UserError, match="ffn_activation='elu': use one of relu, gelu"):
-        tf_predict.build_estimator(model_dir, hp, vocab_size, {"engine": "fast"})
+        tf_predict.build_estimator(model_dir, model_config.build(hp, vocab_size), {"engine": "fast"})
 
 
 @pytest.mark.parametrize("n", [4096, 4000, 1000, 256])

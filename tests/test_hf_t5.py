@@ -25,6 +25,7 @@ from t2tcli.decode import tf_predict
 from t2tcli.errors import UserError
 from t2tcli.interop import hf_t5
 from t2tcli.model import checkpoints, graph, loading, run_records, weight_names
+from t2tcli.model import config as model_config
 
 torch = require_extra("torch")
 transformers = require_extra("transformers")
@@ -63,7 +64,7 @@ def _predict(model_dir: str, ids: np.ndarray, engine: str, targets: np.ndarray |
     hp = loaded.hparams.copy()
     hp.activation_dtype = "float32"
     params = {"decode": {"engine": engine, "max_decode_length": LENGTH, **decode}}
-    est = tf_predict.build_estimator(model_dir, hp, loaded.vocab.vocab_size, params["decode"])
+    est = tf_predict.build_estimator(model_dir, model_config.build(hp, loaded.vocab.vocab_size), params["decode"])
     features = {"inputs": ids} if targets is None else {"inputs": ids, "targets": targets}
     preds = list(est.predict(lambda params=None: tf.data.Dataset.from_tensor_slices(features).batch(len(ids), True)))
     return np.stack([p["outputs"] for p in preds]), np.array([p["scores"] for p in preds])
@@ -280,7 +281,7 @@ def test_the_model_builds_the_weights_the_name_map_lists():
     for name in ("t5_small", "t5_v1_1_small"):
         hp = registry.hparams(name)
         arch = weight_names.Architecture.from_hparams(hp, 32100)
-        assert graph.variable_names(hp, 32100) == weight_names.mesh_shapes(arch)
+        assert graph.variable_names(model_config.build(hp, 32100)) == weight_names.mesh_shapes(arch)
     v1_1 = weight_names.mesh_shapes(weight_names.Architecture.from_hparams(registry.hparams("mt5_small"), 250100))
     assert v1_1["shared/embedding"] == [250112, 512] and v1_1["decoder/logits/kernel"] == [512, 250112]
     assert v1_1["encoder/block_007/layer_001/DenseReluDense/wi_1/kernel"] == [512, 1024]

@@ -18,6 +18,7 @@ from t2tcli.decode.settings import DecodeSettings
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.io import text_files
+from t2tcli.model import config as model_config
 
 
 def model_hparams(inputs_length: int = 128, targets_length: int = 128) -> HParams:
@@ -90,7 +91,7 @@ def test_a_model_fn_gets_typed_settings_with_the_engine_resolved():
     from t2tcli import hparams
 
     hp = hparams.defaults()
-    resolved = settings.for_model_fn(hp, {"beam_size": 3}, use_tpu=False)
+    resolved = settings.for_model_fn(model_config.build(hp, 40), {"beam_size": 3})
     assert isinstance(resolved, DecodeSettings) and resolved.engine == "fast" and resolved.beam_size == 3
 
 

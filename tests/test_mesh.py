@@ -13,6 +13,7 @@ import pytest
 from t2tcli import registry
 from t2tcli.compat import tf
 from t2tcli.errors import UserError
+from t2tcli.model import config as model_config
 from t2tcli.model import graph
 from t2tcli.model import mesh as meshlib
 from t2tcli.train import estimator
@@ -66,17 +67,17 @@ def test_mesh_must_fit_devices_and_batch():
     meshlib.check_tpu(meshlib.spec_from_hparams(tiny(mesh_shape="model:2,batch:4")), "v2-8")
 
 
-def test_estimator_rejects_a_bad_mesh_before_building_a_graph(tmp_path):
+def test_the_config_rejects_a_bad_mesh_before_a_graph_is_built():
     with pytest.raises(UserError, match="layout"):
-        estimator.build_estimator(str(tmp_path), tiny(layout="heads:nowhere", mesh_shape="model:2"), VOCAB)
+        model_config.build(tiny(layout="heads:nowhere", mesh_shape="model:2"), VOCAB)
 
 
 def _loss_and_grads(hp, features, init=None):
     """Loss, gradients by variable name and the initial master values, on hp's mesh."""
     with tf.Graph().as_default():
         tf1.set_random_seed(1)
-        spec = meshlib.spec_from_hparams(hp)
-        g = graph.Graph(hp, VOCAB, meshlib.placement_mesh_impl(spec, meshlib.placement_devices(spec)))
+        config = model_config.build(hp, VOCAB)
+        g = graph.Graph(config, graph.placement_mesh_impl(config))
         batch = mtf.Dimension("batch", features["inputs"].shape[0])
         f = graph.import_features(g.mesh, {k: tf.constant(v) for k, v in features.items()}, batch)
         _, loss = g.logits(f, f["targets"], tf.estimator.ModeKeys.TRAIN, compute_loss=True)
@@ -86,7 +87,7 @@ def _loss_and_grads(hp, features, init=None):
         tf_loss = lowering.export_to_tf_tensor(loss)
         tf_grads = {v.name: lowering.export_to_tf_tensor(gr) for v, gr in zip(variables, grads, strict=True)}
         masters = {v.op.name: v for v in tf1.global_variables() if v.op.name in tf_grads}
-        with tf1.Session(config=estimator.session_config(hp)) as sess:
+        with tf1.Session(config=estimator.session_config(config)) as sess:
             sess.run(tf1.global_variables_initializer())
             if init is not None:
                 for name, var in masters.items():

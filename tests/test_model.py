@@ -11,6 +11,7 @@ from t2tcli import registry
 from t2tcli.compat import tf
 from t2tcli.decode import tf_predict
 from t2tcli.errors import UserError
+from t2tcli.model import config as model_config
 from t2tcli.model import gin_bindings, graph, optimization
 from t2tcli.train import estimator, model_fn
 
@@ -45,7 +46,7 @@ def test_t5_sets_have_t5_dimensions_and_v2_8_presets(name):
 
 
 def test_t5_small_variables_are_named_and_shaped_like_the_released_checkpoint():
-    names = graph.variable_names(registry.hparams("t5_small"), 32100)
+    names = graph.variable_names(model_config.build(registry.hparams("t5_small"), 32100))
     assert names["shared/embedding"] == [32128, 512]
     assert names["encoder/block_000/layer_000/SelfAttention/q"] == [512, 512]
     assert names["encoder/block_000/layer_000/SelfAttention/relative_attention_bias"] == [8, 32]
@@ -58,7 +59,7 @@ def test_t5_small_variables_are_named_and_shaped_like_the_released_checkpoint():
 
 
 def test_gin_bindings_follow_hparams():
-    text = "\n".join(gin_bindings.bindings(tiny(d_ff=96, dropout_rate=0.25)))
+    text = "\n".join(gin_bindings.bindings(model_config.build(tiny(d_ff=96, dropout_rate=0.25), 40)))
     assert "DenseReluDense.hidden_size = 96" in text and "SelfAttention.dropout_rate = 0.25" in text
 
 
@@ -74,7 +75,7 @@ def test_learning_rate_schedules():
     with pytest.raises(UserError, match="optimizer='sgd'"):
         optimization.check(tiny(optimizer="sgd"))
     with pytest.raises(UserError, match="activation_dtype"):
-        graph.variable_dtype(tiny(activation_dtype="float16"))
+        model_config.build(tiny(activation_dtype="float16"), VOCAB)
 
 
 def _dataset(ids, with_targets, batch):
@@ -93,19 +94,21 @@ def trained(tmp_path_factory):
     ids[:, 6] = 1
     ids[:, 7] = 0
     hp = tiny(activation_dtype="float32", inputs_length=8, targets_length=8, batch_size=8)
-    est = estimator.build_estimator(model_dir, hp, VOCAB, model_fn.TrainSettings(log_every_steps=5))
+    est = estimator.build_estimator(model_dir, model_config.build(hp, VOCAB), model_fn.TrainSettings(log_every_steps=5))
     est.train(lambda params=None: _dataset(ids, True, 8)().repeat(), max_steps=10)
     return model_dir, hp, ids
 
 
 def test_eval_reports_loss_token_accuracy_and_perplexity(trained):
     model_dir, hp, ids = trained
-    metrics = estimator.build_estimator(model_dir, hp, VOCAB).evaluate(_dataset(ids, True, 8), steps=2)
+    metrics = estimator.build_estimator(model_dir, model_config.build(hp, VOCAB)).evaluate(
+        _dataset(ids, True, 8), steps=2
+    )
     assert metrics["global_step"] == 10
     assert metrics["perplexity"] == pytest.approx(math.exp(metrics["xent"]), rel=1e-4)
     # The same cross-entropy from the other graph: teacher-forced log-likelihoods of PREDICT,
     # summed over the 16 rows' non-padding tokens (7 each: 6 ids and EOS) by hand.
-    est = tf_predict.build_estimator(model_dir, hp, VOCAB)
+    est = tf_predict.build_estimator(model_dir, model_config.build(hp, VOCAB))
     scores = [p["scores"] for p in est.predict(_dataset(ids[:16], True, 8))]
     assert metrics["xent"] == pytest.approx(-sum(scores) / (16 * 7), rel=1e-4)
 
@@ -131,7 +134,7 @@ def test_eval_metrics_of_a_batch_known_by_hand():
 def test_predict_decodes_and_scores(trained, decode):
     model_dir, hp, ids = trained
     decode = dict(decode, max_decode_length=6)
-    est = tf_predict.build_estimator(model_dir, hp, VOCAB, decode)
+    est = tf_predict.build_estimator(model_dir, model_config.build(hp, VOCAB), decode)
     preds = list(est.predict(_dataset(ids[:8], False, 8)))
     assert len(preds) == 8
     for p in preds:
@@ -159,14 +162,16 @@ def test_tpu_estimator_is_configured_from_flags(tmp_path):
 
     hp = registry.hparams("t5_base_tpu")
     settings = estimator.TPUSettings(tpu="grpc://127.0.0.1:8470", tpu_topology="2x2", iterations_per_loop=50)
-    est = estimator.build_estimator(str(tmp_path), hp, 32100, tpu=settings)
+    est = estimator.build_estimator(str(tmp_path), model_config.build(hp, 32100, use_tpu=True), tpu=settings)
     assert isinstance(est, tpu_estimator.TPUEstimator)
     assert est.config.tpu_config.iterations_per_loop == 50 and est.config.tpu_config.num_shards == 8
     assert est.config.tpu_config.per_host_input_for_training == tpu_config.InputPipelineConfig.BROADCAST
     assert est._ctx._train_batch_size == 128
     with pytest.raises(UserError, match="has 32 cores"):
         estimator.build_estimator(
-            str(tmp_path), hp, 32100, tpu=estimator.TPUSettings(tpu="grpc://127.0.0.1:8470", tpu_topology="4x4")
+            str(tmp_path),
+            model_config.build(hp, 32100, use_tpu=True),
+            tpu=estimator.TPUSettings(tpu="grpc://127.0.0.1:8470", tpu_topology="4x4"),
         )
 
 
@@ -182,7 +187,7 @@ def test_a_stack_builds_its_self_attention_bias_once_with_the_same_loss(trained,
 
     def table_lookups() -> int:
         """Forward einsums that read a [heads, buckets] relative-position table."""
-        est = estimator.build_estimator(str(tmp_path), hp, VOCAB)
+        est = estimator.build_estimator(str(tmp_path), model_config.build(hp, VOCAB))
         with tf.Graph().as_default() as g:
             features = {k: tf.zeros([8, 8], tf.int32) for k in ("inputs", "targets")}
             est.model_fn(features, None, tf.estimator.ModeKeys.TRAIN, est.config)
@@ -193,7 +198,9 @@ def test_a_stack_builds_its_self_attention_bias_once_with_the_same_loss(trained,
         )
 
     def dev_xent() -> float:
-        return estimator.build_estimator(model_dir, hp, VOCAB).evaluate(_dataset(ids, True, 8), steps=2)["xent"]
+        return estimator.build_estimator(model_dir, model_config.build(hp, VOCAB)).evaluate(
+            _dataset(ids, True, 8), steps=2
+        )["xent"]
 
     shared_lookups, shared_xent = table_lookups(), dev_xent()
     assert shared_lookups == 2  # the encoder's and the decoder's

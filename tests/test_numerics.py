@@ -13,6 +13,7 @@ from t2tcli.compat import tf
 from t2tcli.decode import tf_predict
 from t2tcli.errors import UserError
 from t2tcli.model import activation_dtype, graph, hardware, kernel_layout
+from t2tcli.model import config as model_config
 from t2tcli.model import mesh as meshlib
 
 # isort: split
@@ -24,6 +25,12 @@ AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512vl"}
 AVX512_BF16 = AVX512 | {"avx512_bf16"}
 AMX = AVX512_BF16 | {"amx_bf16", "amx_tile", "amx_int8"}
 ARM = frozenset({"fp", "asimd", "sve"})
+
+
+def mesh_impl(spec: meshlib.MeshSpec, devices: list[str]) -> meshlib.PlacementMeshImpl:
+    """The CPU mesh a model's graph gets on this machine (t2tcli.model.graph.placement_mesh_impl)."""
+    emulated = kernel_layout.emulated_einsum(hardware.detect())
+    return meshlib.PlacementMeshImpl(spec.mtf_shape(), spec.mtf_layout(), devices, emulated)
 
 
 def cpu(flags, **kwargs):
@@ -194,7 +201,7 @@ def _embedding_and_grad(dtype: str, gather: bool, ids: np.ndarray, table: np.nda
         loss = mtf.reduce_sum(mtf.square(mtf.cast(out, tf.float32)))
         (grad,) = mtf.gradients([loss], [weights])
         spec = meshlib.spec_from_hparams(hp)
-        lowering = mtf.Lowering(graph, {mesh: meshlib.placement_mesh_impl(spec, [""])})
+        lowering = mtf.Lowering(graph, {mesh: mesh_impl(spec, [""])})
         with tf1.Session() as sess:
             return sess.run([tf.cast(lowering.export_to_tf_tensor(t), tf.float32) for t in (out, grad)])
 
@@ -217,30 +224,30 @@ def test_the_model_gathers_embeddings_off_tpu_unless_the_mesh_splits_them():
     from t2tcli.model import gin_bindings
 
     tiny = registry.hparams("mtf_transformer_tiny")
-    assert gin_bindings.gathers_embeddings(tiny, use_tpu=False)
-    assert not gin_bindings.gathers_embeddings(tiny, use_tpu=True)
+    assert gin_bindings.gathers_embeddings(model_config.build(tiny, 40, use_tpu=False))
+    assert not gin_bindings.gathers_embeddings(model_config.build(tiny, 40, use_tpu=True))
     split = tiny.copy()
     split.mesh_shape, split.layout = "batch:2", "batch:batch"
-    assert not gin_bindings.gathers_embeddings(split, use_tpu=False)
+    assert not gin_bindings.gathers_embeddings(model_config.build(split, 40, use_tpu=False))
     model_parallel = tiny.copy()
     model_parallel.mesh_shape, model_parallel.layout = "model:2", "d_ff:model;heads:model"
-    assert gin_bindings.gathers_embeddings(model_parallel, use_tpu=False)
-    assert graph.variable_names(tiny, 40)["shared/embedding"] == [128, 64]
+    assert gin_bindings.gathers_embeddings(model_config.build(model_parallel, 40, use_tpu=False))
+    assert graph.variable_names(model_config.build(tiny, 40))["shared/embedding"] == [128, 64]
 
 
 def test_the_model_fuses_its_loss_off_tpu_unless_the_mesh_splits_the_vocabulary():
     from t2tcli.model import gin_bindings
 
     tiny = registry.hparams("mtf_transformer_tiny")
-    assert gin_bindings.fuses_loss(tiny, use_tpu=False)
-    assert "decoder/Unitransformer.loss_fn = @t2tcli.fused_loss" in gin_bindings.bindings(tiny)
-    assert not gin_bindings.fuses_loss(tiny, use_tpu=True)
+    assert gin_bindings.fuses_loss(model_config.build(tiny, 40, use_tpu=False))
+    assert "decoder/Unitransformer.loss_fn = @t2tcli.fused_loss" in gin_bindings.bindings(model_config.build(tiny, 40))
+    assert not gin_bindings.fuses_loss(model_config.build(tiny, 40, use_tpu=True))
     batch_split = tiny.copy()
     batch_split.mesh_shape, batch_split.layout = "batch:2", "batch:batch"
-    assert gin_bindings.fuses_loss(batch_split, use_tpu=False)
+    assert gin_bindings.fuses_loss(model_config.build(batch_split, 40, use_tpu=False))
     vocab_split = tiny.copy()
     vocab_split.mesh_shape, vocab_split.layout = "model:2", "vocab:model;d_ff:model"
-    assert not gin_bindings.fuses_loss(vocab_split, use_tpu=False)
+    assert not gin_bindings.fuses_loss(model_config.build(vocab_split, 40, use_tpu=False))
 
 
 def _token_loss_and_grad(fused: bool, logits: np.ndarray, targets: np.ndarray, dtype: str, mesh_shape: str = ""):
@@ -272,7 +279,7 @@ def _token_loss_and_grad(fused: bool, logits: np.ndarray, targets: np.ndarray, d
             loss = transformer.Unitransformer._compute_loss(model, context, x, t, dims[2])
         loss = mtf.cast(loss, tf.float32)
         (grad,) = mtf.gradients([loss], [x])
-        impl = meshlib.placement_mesh_impl(spec, [""] * spec.size)
+        impl = mesh_impl(spec, [""] * spec.size)
         lowering = mtf.Lowering(graph, {mesh: impl})
         with tf1.Session() as sess:
             return sess.run([tf.cast(lowering.export_to_tf_tensor(v), tf.float32) for v in (loss, grad)])
@@ -315,7 +322,7 @@ def _model_graph_ops(hp, mode, tmp_path, **decode) -> list:
     """The ops of the graph model_fn builds for `mode`."""
     from t2tcli.data import inputs
 
-    est = tf_predict.build_estimator(str(tmp_path), hp, 40, decode)
+    est = tf_predict.build_estimator(str(tmp_path), model_config.build(hp, 40), decode)
     batch = inputs.batch_size(hp)
     with tf.Graph().as_default() as graph:
         features = {"inputs": tf.zeros([batch, hp.inputs_length], tf.int32)}
@@ -394,7 +401,7 @@ def _attention_and_grads(head_major: bool, arrays: dict[str, np.ndarray], dtype:
         out = mtf.transpose(mtf.cast(out, tf.float32), mtf.Shape(shapes["q"]))
         grads = mtf.gradients([mtf.reduce_sum(mtf.square(out))], list(x.values()))
         spec = meshlib.spec_from_hparams(registry.hparams("mtf_transformer_tiny"))
-        lowering = mtf.Lowering(graph, {mesh: meshlib.placement_mesh_impl(spec, [""])})
+        lowering = mtf.Lowering(graph, {mesh: mesh_impl(spec, [""])})
         values = [tf.cast(lowering.export_to_tf_tensor(t), tf.float32) for t in (out, *grads)]
         with tf1.Session() as sess:
             values = sess.run(values)
@@ -448,11 +455,11 @@ def test_the_model_runs_attention_head_major_off_tpu_with_mesh_tensorflows_varia
     from t2tcli.model import gin_bindings
 
     tiny = registry.hparams("mtf_transformer_tiny")
-    assert "t2tcli.HeadMajorSelfAttention" in " ".join(gin_bindings.bindings(tiny))
-    assert "t2tcli.HeadMajorEncDecAttention" in " ".join(gin_bindings.bindings(tiny))
-    on_tpu = " ".join(gin_bindings.bindings(tiny, use_tpu=True))
+    assert "t2tcli.HeadMajorSelfAttention" in " ".join(gin_bindings.bindings(model_config.build(tiny, 40)))
+    assert "t2tcli.HeadMajorEncDecAttention" in " ".join(gin_bindings.bindings(model_config.build(tiny, 40)))
+    on_tpu = " ".join(gin_bindings.bindings(model_config.build(tiny, 40, use_tpu=True)))
     assert "HeadMajor" not in on_tpu and "transformer_layers.EncDecAttention" in on_tpu
-    head_major_names = graph.variable_names(tiny, 40)
+    head_major_names = graph.variable_names(model_config.build(tiny, 40))
 
     def attention_products() -> tuple[list[str], int]:
         """The training graph's einsums of two [batch, ..., heads, ...] operands, and its
@@ -471,7 +478,7 @@ def test_the_model_runs_attention_head_major_off_tpu_with_mesh_tensorflows_varia
     assert len(products) == 6 * layers and all(_is_batched_matmul(e) for e in products)
     assert softmaxes == layers
     monkeypatch.setattr(gin_bindings, "head_major", lambda use_tpu: False)
-    assert graph.variable_names(tiny, 40) == head_major_names
+    assert graph.variable_names(model_config.build(tiny, 40)) == head_major_names
     products, softmaxes = attention_products()
     assert not all(_is_batched_matmul(e) for e in products) and softmaxes == 0
 
@@ -527,7 +534,7 @@ def _rms_norm_and_grads(
         loss = mtf.reduce_sum(mtf.cast(y, tf.float32) * w)
         (variable,) = graph.trainable_variables
         dx, dscale = mtf.gradients([loss], [xs, variable.outputs[0]])
-        impl = meshlib.placement_mesh_impl(spec, [""] * spec.size)
+        impl = mesh_impl(spec, [""] * spec.size)
         lowering = mtf.Lowering(graph, {mesh: impl})
         outputs = [tf.cast(lowering.export_to_tf_tensor(v), tf.float32) for v in (y, dx, dscale)]
         with tf1.Session() as sess:
@@ -574,17 +581,17 @@ def test_the_model_fuses_its_norms_off_tpu_unless_the_mesh_splits_a_row():
     from t2tcli.model import gin_bindings
 
     tiny = registry.hparams("mtf_transformer_tiny")
-    assert gin_bindings.fuses_norm(tiny, use_tpu=False)
-    assert "@t2tcli.fused_" in " ".join(gin_bindings.bindings(tiny))
-    assert not gin_bindings.fuses_norm(tiny, use_tpu=True)
-    assert "@t2tcli.fused_" not in " ".join(gin_bindings.bindings(tiny, use_tpu=True))
+    assert gin_bindings.fuses_norm(model_config.build(tiny, 40, use_tpu=False))
+    assert "@t2tcli.fused_" in " ".join(gin_bindings.bindings(model_config.build(tiny, 40)))
+    assert not gin_bindings.fuses_norm(model_config.build(tiny, 40, use_tpu=True))
+    assert "@t2tcli.fused_" not in " ".join(gin_bindings.bindings(model_config.build(tiny, 40, use_tpu=True)))
     for layout in ("d_model:model", "length:model"):
         split = registry.hparams("mtf_transformer_tiny")
         split.mesh_shape, split.layout = "model:2", layout
-        assert not gin_bindings.fuses_norm(split, use_tpu=False), layout
+        assert not gin_bindings.fuses_norm(model_config.build(split, 40, use_tpu=False)), layout
     batch_split = registry.hparams("mtf_transformer_tiny")
     batch_split.mesh_shape, batch_split.layout = "batch:2", "batch:batch"
-    assert gin_bindings.fuses_norm(batch_split, use_tpu=False)
+    assert gin_bindings.fuses_norm(model_config.build(batch_split, 40, use_tpu=False))
 
 
 def test_the_fused_norm_is_for_training_graphs_only():

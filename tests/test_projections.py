@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import test_numerics
 
 from t2tcli import registry
 from t2tcli.compat import tf
+from t2tcli.model import config as model_config
 from t2tcli.model import gin_bindings, projections
 from t2tcli.model import mesh as meshlib
 
@@ -55,7 +57,7 @@ def _projected(joined: bool, with_query: bool, x_value: np.ndarray, **params_kwa
         kernels = [params.wq, params.wk, params.wv]
         grads = mtf.gradients([loss], [x, *kernels])
         spec = meshlib.spec_from_hparams(registry.hparams("mtf_transformer_tiny"))
-        lowering = mtf.Lowering(graph, {mesh: meshlib.placement_mesh_impl(spec, [""])})
+        lowering = mtf.Lowering(graph, {mesh: test_numerics.mesh_impl(spec, [""])})
         fetched = [lowering.export_to_tf_tensor(t) for t in (*outputs, *grads, *kernels)]
         with tf1.Session() as sess:
             sess.run(tf1.global_variables_initializer())
@@ -105,14 +107,16 @@ def test_layers_that_do_not_fit_keep_mesh_tensorflows_products():
 
 def test_the_model_joins_projections_off_tpu_unless_the_mesh_splits_the_heads():
     tiny = registry.hparams("mtf_transformer_tiny")
-    assert gin_bindings.joins_projections(tiny, use_tpu=False)
-    assert "t2tcli.HeadMajorSelfAttention.joined_projections = True" in gin_bindings.bindings(tiny)
-    assert not gin_bindings.joins_projections(tiny, use_tpu=True)
-    assert not any("joined_projections" in b for b in gin_bindings.bindings(tiny, use_tpu=True))
+    assert gin_bindings.joins_projections(model_config.build(tiny, 40, use_tpu=False))
+    assert "t2tcli.HeadMajorSelfAttention.joined_projections = True" in gin_bindings.bindings(
+        model_config.build(tiny, 40)
+    )
+    assert not gin_bindings.joins_projections(model_config.build(tiny, 40, use_tpu=True))
+    assert not any("joined_projections" in b for b in gin_bindings.bindings(model_config.build(tiny, 40, use_tpu=True)))
     tiny.override_from_dict({"mesh_shape": "model:2", "layout": "heads:model"})
-    assert not gin_bindings.joins_projections(tiny, use_tpu=False)
+    assert not gin_bindings.joins_projections(model_config.build(tiny, 40, use_tpu=False))
     tiny.override_from_dict({"layout": "d_ff:model"})
-    assert gin_bindings.joins_projections(tiny, use_tpu=False)
+    assert gin_bindings.joins_projections(model_config.build(tiny, 40, use_tpu=False))
     # Up to t5_small's width; t5_base's kernels run near the peak one by one.
-    assert gin_bindings.joins_projections(registry.hparams("t5_small"), use_tpu=False)
-    assert not gin_bindings.joins_projections(registry.hparams("t5_base"), use_tpu=False)
+    assert gin_bindings.joins_projections(model_config.build(registry.hparams("t5_small"), 40, use_tpu=False))
+    assert not gin_bindings.joins_projections(model_config.build(registry.hparams("t5_base"), 40, use_tpu=False))

@@ -363,7 +363,7 @@ def test_max_examples_counts_examples_of_a_self_supervised_problem(plain_text_da
 def test_a_run_refused_at_its_checks_writes_nothing_and_the_suggested_rerun_is_accepted(
     plain_text_data, tmp_path, monkeypatch, caplog
 ):
-    from t2tcli.train import trainer
+    from t2tcli.train import loop, trainer
 
     data, _ = plain_text_data
     model = tmp_path / "model"
@@ -378,7 +378,7 @@ def test_a_run_refused_at_its_checks_writes_nothing_and_the_suggested_rerun_is_a
     suggested = re.search(r"set --hparams=(targets_length=\d+) or more", str(refused.value)).group(1)
     assert not model.exists(), sorted(p.name for p in model.iterdir())
     # Accepted: past every check, the run is recorded with the suggested length (training itself stubbed out).
-    monkeypatch.setattr(trainer, "_train", lambda cfg, hp, *rest: 0)
+    monkeypatch.setattr(loop, "train", lambda cfg, plan: 0)
     caplog.set_level(logging.WARNING)
     assert trainer.run(config(suggested)) == 0
     assert "warmup_steps=100 is more than --train_steps=2" in caplog.text, "a new run shorter than its warm-up"

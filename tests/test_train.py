@@ -17,6 +17,7 @@ from test_train_data import PROBLEMS, make_data_dir
 
 from t2tcli.compat import tf
 from t2tcli.decode import tf_predict
+from t2tcli.model import config as model_config
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +198,7 @@ def test_tiny_model_learns_the_toy_problem(data, tmp_path):
     _, hp, _ = run_records.load(model_dir)
     dev = inputs.input_fn(data_dir, problem, "dev", hp, training=False)
     targets = np.concatenate([b["targets"] for b in dev().as_numpy_iterator()])
-    est = tf_predict.build_estimator(model_dir, hp, 40)
+    est = tf_predict.build_estimator(model_dir, model_config.build(hp, 40))
     outputs = np.stack(
         [p["outputs"] for p in est.predict(lambda params=None: dev().map(lambda b: {"inputs": b["inputs"]}))]
     )
@@ -232,14 +233,14 @@ def test_loss_falls_on_the_shipped_translation_data(tmp_path):
 
 def test_a_run_shorter_than_its_warmup_is_told_which_hparam_to_set():
     from t2tcli import registry
-    from t2tcli.train import trainer
+    from t2tcli.train import run_plan
 
     hp = registry.hparams("mtf_transformer_small")
-    line = trainer.warn_short_warmup(hp, 2000)
+    line = run_plan.warn_short_warmup(hp, 2000)
     assert line is not None and "\n" not in line
     assert "warmup_steps=10000 is more than --train_steps=2000" in line and "ends at 20% of learning_rate" in line
     assert "set --hparams=warmup_steps=200" in line
-    assert trainer.warn_short_warmup(hp, 10000) is None and trainer.warn_short_warmup(hp, 0) is None
+    assert run_plan.warn_short_warmup(hp, 10000) is None and run_plan.warn_short_warmup(hp, 0) is None
 
 
 def test_a_resume_may_change_the_activation_dtype_and_nothing_else():
@@ -248,15 +249,15 @@ def test_a_resume_may_change_the_activation_dtype_and_nothing_else():
     from t2tcli import registry
     from t2tcli.errors import UserError
     from t2tcli.model import run_records
-    from t2tcli.train import trainer
+    from t2tcli.train import run_plan
 
     recorded = registry.hparams("mtf_transformer_tiny")
     recorded.activation_dtype = "bfloat16"
     info = run_records.RunInfo(problem="copy_sequence", hparams_set="mtf_transformer_tiny", data_dir="")
 
     def resumed(hparams: str):
-        cfg = trainer.TrainConfig("copy_sequence", "", "", "run", hparams=hparams)
-        return trainer._resumed_hparams(cfg, info, recorded.copy())
+        cfg = run_plan.TrainConfig("copy_sequence", "", "", "run", hparams=hparams)
+        return run_plan._resumed_hparams(cfg, info, recorded.copy())[1]
 
     assert resumed("").activation_dtype == "bfloat16"
     assert resumed("activation_dtype=auto").activation_dtype == "auto"

@@ -18,7 +18,7 @@ from t2tcli.compat import tf
 from t2tcli.errors import UserError
 from t2tcli.io import lock
 from t2tcli.model import checkpoints
-from t2tcli.train import trainer
+from t2tcli.train import loop, trainer
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_training_holds_the_model_dir_and_a_held_one_is_refused(data, tmp_path, 
         held.append(True)
         return 0
 
-    monkeypatch.setattr(trainer, "_train", training)
+    monkeypatch.setattr(loop, "train", training)
     trainer.run(_config(data, model_dir, 5))
     assert held == [True]
     assert not (model_dir / ".t2tcli.lock").exists(), "released at the end"

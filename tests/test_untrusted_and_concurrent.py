@@ -24,6 +24,7 @@ from toy_model import toy_model  # noqa: F401  (session fixture)
 PAYLOAD = """
 import pathlib
 pathlib.Path({marker!r}).write_text("imported")
+from t2tcli.model import config as model_config
 from t2tcli import registry
 from t2tcli.registry import register_problem
 
@@ -180,15 +181,24 @@ def test_hparams_json_types_follow_the_built_in_defaults(tmp_path):
 def test_gin_bindings_are_literals_on_one_line():
     from t2tcli import registry
     from t2tcli.errors import UserError
-    from t2tcli.model import gin_bindings
+    from t2tcli.model import config as model_config
+    from t2tcli.model import gin_bindings, hardware, kernel_layout
+    from t2tcli.model import mesh as meshlib
+
+    def unchecked(hp):
+        """A config made without build()'s checks: the bindings must hold on their own."""
+        spec = meshlib.MeshSpec([], meshlib.parse_layout(hp.layout))
+        return model_config.ModelConfig(hp, 40, spec, "float32", hardware.Machine("cpu"), kernel_layout.KernelLayout())
 
     hp = registry.hparams("mtf_transformer_tiny")
     hp.ffn_activation = "relu'\nimport os"
-    assert all("\n" not in binding for binding in gin_bindings.bindings(hp))
+    assert all("\n" not in binding for binding in gin_bindings.bindings(unchecked(hp)))
+    with pytest.raises(UserError, match="ffn_activation"):
+        model_config.build(hp, 40)
     hp = registry.hparams("mtf_transformer_tiny")
     hp._values["d_ff"] = "64\nimport os"  # past HParams' own checks, as a bad file would be
     with pytest.raises(UserError, match="hparam 'd_ff': expected int"):
-        gin_bindings.bindings(hp)
+        gin_bindings.bindings(unchecked(hp))
 
 
 # --- 3, 4, 5: outputs never destroy inputs, and temporary names cannot be planted --------

@@ -163,7 +163,7 @@ def main() -> None:
         interactive=FLAGS.decode_interactive,
         beam_scores=decode_hp.write_beam_scores,
         delimiter=delimiter,
-        batch_multiple=decode_settings.batch_split(model.hparams),
+        batch_multiple=decode_settings.batch_split(model.config),
     )
     if t2t_named:
         job.score_format = t2t_decodes.SCORE_FORMAT if FLAGS.score_file else t2t_decodes.BEAM_SCORE_FORMAT

@@ -202,6 +202,15 @@ def input_fn(
     return fn
 
 
+def training_input_fn(
+    data_dir: str, problem_name: str, hp: HParams, seed: int | None
+) -> Callable[..., tf.data.Dataset]:
+    """A training run's input_fn over the train split, once the share of examples its
+    lengths cut is logged (`log_truncation`)."""
+    log_truncation(data_dir, problem_name, "train", hp)
+    return input_fn(data_dir, problem_name, "train", hp, training=True, seed=seed)
+
+
 def count_truncated(data_dir: str, problem_name: str, split: str, hp: HParams, limit: int = 20_000) -> dict[str, Any]:
     """How many of (up to `limit`) examples exceed the sequence lengths; logged by training.
 

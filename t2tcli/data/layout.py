@@ -106,6 +106,14 @@ def vocab_file(data_dir: str, problem_name: str) -> str:
     return path
 
 
+def training_vocab_file(data_dir: str, problem_name: str) -> str:
+    """The vocabulary a training run of the problem reads (`vocab_file`), once the train
+    shards of its first component are known to be complete."""
+    path = vocab_file(data_dir, problem_name)
+    data_files(data_dir, registry.problem(problem_name).components()[0][0].name, "train")
+    return path
+
+
 def recorded_sizes(split_meta: dict[str, Any]) -> dict[str, int | None]:
     """A meta file's shard names of one split, each with the size datagen recorded (None: none)."""
     sizes = split_meta.get("bytes") or []

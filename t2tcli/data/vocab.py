@@ -121,14 +121,18 @@ def without_sentinels(model_proto: bytes) -> tuple[bytes, int]:
     return model.SerializeToString(), count
 
 
+def model_files(model_proto: bytes, model_file: str) -> dict[str, bytes]:
+    """The files a SentencePiece model is kept as: its readable `.vocab` listing, then the model."""
+    sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    listing = "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n" for i in range(sp.get_piece_size()))
+    return {model_file.removesuffix(".model") + ".vocab": listing.encode("utf-8"), model_file: model_proto}
+
+
 def write_model(model_proto: bytes, model_file: str) -> None:
     """Writes a SentencePiece model and its readable `.vocab` listing, each complete or absent."""
     from t2tcli.io import atomic
 
-    sp = spm.SentencePieceProcessor(model_proto=model_proto)
-    listing = "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n" for i in range(sp.get_piece_size()))
-    atomic.write_bytes(model_file.removesuffix(".model") + ".vocab", listing.encode("utf-8"))
-    atomic.write_bytes(model_file, model_proto)
+    atomic.write_files(model_files(model_proto, model_file))
 
 
 def train_vocabulary(sentences: Iterable[str], model_file: str, vocab_size: int, **settings: Any) -> None:

@@ -158,7 +158,7 @@ class Decoder:
         self.batch_size = batch_size or self.decode_settings.batch_size
         self.inputs_length = int(model.hparams.inputs_length)
         self.targets_length = self.decode_settings.targets_length(model.hparams)
-        self.batch_multiple = settings.batch_split(model.hparams)
+        self.batch_multiple = settings.batch_split(model.config)
 
     def decode(self, checkpoint_path: str, inputs: list[list[int]]) -> list[list[int]]:
         rows = [batching.Row(i, ids) for i, ids in enumerate(inputs)]

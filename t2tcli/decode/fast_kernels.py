@@ -24,11 +24,6 @@ def machine() -> hardware.Machine:
     return hardware.detect()
 
 
-def transposed_kernels() -> bool:
-    """Whether this process keeps the layers' kernels [out, in] (t2tcli.model.kernel_layout.transposed_kernels)."""
-    return kernel_layout.transposed_kernels(machine())
-
-
 def beam_attention_on_onednn() -> bool:
     """Whether this process attends several queries per product on oneDNN
     (t2tcli.model.kernel_layout.beam_attention_on_onednn)."""

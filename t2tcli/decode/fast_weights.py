@@ -13,8 +13,8 @@ from typing import Any
 
 from t2tcli.compat import tf
 from t2tcli.decode import fast_kernels
-from t2tcli.hparams import HParams
-from t2tcli.model import activation_dtype, kernel_layout, weight_names
+from t2tcli.model import weight_names
+from t2tcli.model.config import ModelConfig
 
 tf1 = tf.compat.v1
 
@@ -62,14 +62,15 @@ class Weights:
     The FFN's inner width may carry zero units (`kernel_layout.ffn_padding`) that change no value.
     """
 
-    def __init__(self, hp: HParams, vocab_size: int) -> None:
-        arch = weight_names.Architecture.from_hparams(hp, vocab_size)
+    def __init__(self, config: ModelConfig) -> None:
+        hp = config.hparams
+        arch = weight_names.Architecture.from_hparams(hp, config.vocab_size)
         shapes = weight_names.mesh_shapes(arch)
-        self.dims = Dims(hp.d_model, hp.num_heads, hp.d_kv, tf.as_dtype(activation_dtype.resolve(hp.activation_dtype)))
+        self.dims = Dims(hp.d_model, hp.num_heads, hp.d_kv, tf.as_dtype(config.activation_dtype))
         self.activation = ACTIVATIONS[hp.ffn_activation.removeprefix("gated-")]
         self.gated = arch.gated
-        self.transposed = fast_kernels.transposed_kernels()
-        ffn_padding = kernel_layout.ffn_padding(fast_kernels.machine(), hp.d_ff)
+        self.transposed = config.kernels.transposed_kernels
+        ffn_padding = config.kernels.ffn_padding
         cast = self.cast
 
         def read(name: str) -> tf.Tensor:

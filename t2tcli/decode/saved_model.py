@@ -25,9 +25,9 @@ from t2tcli.data.vocab import EOS_ID
 from t2tcli.decode import fast, memory_bound, search
 from t2tcli.decode.settings import DecodeSettings
 from t2tcli.errors import UserError
-from t2tcli.hparams import HParams
 from t2tcli.io import atomic, fs
 from t2tcli.model import checkpoints
+from t2tcli.model.config import ModelConfig
 from t2tcli.model.loading import LoadedModel
 from t2tcli.train import estimator as estimator_lib
 
@@ -66,14 +66,15 @@ def serving_input_fn(proto: bytes, batch_size: int, inputs_length: int) -> Any:
     return fn
 
 
-def serving_model_fn(hp: HParams, vocab_size: int, proto: bytes, decode: DecodeSettings, batch_size: int) -> Any:
+def serving_model_fn(config: ModelConfig, proto: bytes, decode: DecodeSettings, batch_size: int) -> Any:
     """Decodes the request's batches in a graph loop and returns its rows as strings."""
+    hp = config.hparams
     length = decode.targets_length(hp)
     inputs_length = int(hp.inputs_length)
 
     def fn(features: dict[str, tf.Tensor], labels: Any, mode: str, params: dict[str, Any]) -> Any:
         n = features[_COUNT_KEY]
-        weights = fast.Weights(hp, vocab_size)  # variables, read once outside the loop
+        weights = fast.Weights(config)  # variables, read once outside the loop
 
         def one_batch(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             decoded = search.decode(weights, batch, decode, length)
@@ -90,7 +91,7 @@ def serving_model_fn(hp: HParams, vocab_size: int, proto: bytes, decode: DecodeS
             parallel_iterations=1,
         )
         ids, scores = tf.reshape(ids, [-1, length])[:n], tf.reshape(scores, [-1])[:n]
-        keep = tf.logical_and(tf.greater(ids, EOS_ID), tf.less(ids, vocab_size))
+        keep = tf.logical_and(tf.greater(ids, EOS_ID), tf.less(ids, config.vocab_size))
         text = _tokenizer(proto).detokenize(tf.ragged.boolean_mask(ids, keep))
         outputs = {"outputs": text, "scores": scores}
         return tf.estimator.EstimatorSpec(
@@ -123,10 +124,10 @@ def export(
         raise UserError("a SavedModel decodes with the fast engine: drop engine=mesh from --decode_hparams")
     # Its RunConfig; building it validates the hparams (the decode settings were checked
     # when --decode_hparams was parsed, and the engine is the fast one whatever the mesh).
-    inner = estimator_lib.build_estimator(model.model_dir, model.hparams, model.vocab.vocab_size)
+    inner = estimator_lib.build_estimator(model.model_dir, model.config)
     proto = model.vocab.model_proto
     estimator = tf.estimator.Estimator(
-        model_fn=serving_model_fn(model.hparams, model.vocab.vocab_size, proto, decode, batch_size),
+        model_fn=serving_model_fn(model.config, proto, decode, batch_size),
         model_dir=model.model_dir,
         config=inner.config,
     )

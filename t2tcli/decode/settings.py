@@ -24,7 +24,7 @@ from t2tcli import hparams
 from t2tcli.decode import ct2
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
-from t2tcli.model import activation_dtype
+from t2tcli.model.config import ModelConfig
 
 if TYPE_CHECKING:
     from t2tcli.model.loading import LoadedModel
@@ -236,38 +236,34 @@ def refuse_beam_output(settings: DecodeSettings, why: str) -> None:
             raise UserError(f"--decode_hparams: {key} is t2t-decode's; {why}")
 
 
-def batch_split(hp: HParams) -> int:
+def batch_split(config: ModelConfig) -> int:
     """The ways the model's mesh splits a batch: a batch smaller than asked for is a multiple of it."""
-    from t2tcli.model import mesh as meshlib
-
-    return meshlib.spec_from_hparams(hp).split_of("batch")
+    return config.mesh.split_of("batch")
 
 
-def tf_engine(hp: HParams, requested: str, use_tpu: bool = False) -> tuple[str, str]:
+def tf_engine(config: ModelConfig, requested: str) -> tuple[str, str]:
     """(fast or mesh, why) for a TF engine `requested` (auto, fast or mesh) on this mesh:
     t2tcli.decode.fast on one device, mesh-tensorflow's decode loop on TPUs and meshes
     of several devices."""
-    from t2tcli.model import mesh as meshlib
-
-    spec = meshlib.spec_from_hparams(hp)
+    size = config.mesh.size
     if requested == "mesh":
         return "mesh", "asked for"
-    if not use_tpu and spec.size == 1:
+    if not config.use_tpu and size == 1:
         return "fast", "asked for" if requested == "fast" else "one device"
-    where = "on TPU" if use_tpu else f"on the {spec.size}-device mesh_shape={hp.mesh_shape}"
+    where = "on TPU" if config.use_tpu else f"on the {size}-device mesh_shape={config.hparams.mesh_shape}"
     if requested == "fast":
         raise UserError(f"decode engine=fast does not run {where}; use engine=auto or engine=mesh")
     return "mesh", where
 
 
-def for_model_fn(hp: HParams, decode: DecodeSettings | Mapping[str, Any] | None, use_tpu: bool) -> DecodeSettings:
+def for_model_fn(config: ModelConfig, decode: DecodeSettings | Mapping[str, Any] | None) -> DecodeSettings:
     """The settings a decoding Estimator's PREDICT reads: `decode` (a mapping: over the
     hparams' decode settings), with the engine resolved to fast or mesh. The model_fn's
     engines run the activation dtype; `quantization` is CTranslate2's and is not read."""
-    settings = DecodeSettings.of(decode, hp)
+    settings = DecodeSettings.of(decode, config.hparams)
     if settings.engine not in TF_ENGINES:
         raise UserError(f"decode engine={settings.engine!r}: the model_fn runs one of {', '.join(TF_ENGINES)}")
-    engine, why = tf_engine(hp, settings.engine, use_tpu)
+    engine, why = tf_engine(config, settings.engine)
     if engine == "mesh" and settings.engine == "auto":
         logging.info("decoding with mesh-tensorflow's decode loop (%s)", why)
     return settings.replace(engine=engine)
@@ -286,35 +282,33 @@ def choose(model: LoadedModel, decode: DecodeSettings | Mapping[str, Any], scori
     stays: in bfloat16 it decodes faster than CTranslate2 float32 (BENCHMARKS.md), and
     CTranslate2's float32 would not give its answers.
     """
-    from t2tcli.model import mesh as meshlib
-
-    hp = model.hparams
+    config = model.config
+    hp = config.hparams
     decode = DecodeSettings.of(decode, hp)
     requested = decode.engine
     if decode.return_beams and not scoring:
-        if requested not in ("auto", "fast") or meshlib.spec_from_hparams(hp).size > 1:
+        if requested not in ("auto", "fast") or config.mesh.size > 1:
             raise UserError(
                 f"--decode_hparams: return_beams runs on the fast engine, one device; not engine={requested}"
             )
         return "fast", "return_beams: every beam of the fast engine's beam search"
     if requested == "auto" and decode.quantization != "float32":
         requested = "ctranslate2"  # a quantization is CTranslate2's to run
-    spec = meshlib.spec_from_hparams(hp)
     reason = ct2.unsupported_reason(hp, decode)
     if requested == "ctranslate2":
         ct2.module()
-        if spec.size > 1:
+        if config.mesh.size > 1:
             raise UserError(f"decode engine=ctranslate2 runs one device, not mesh_shape={hp.mesh_shape}")
         if reason and "length penalty" in reason:
             logging.warning("engine=ctranslate2: %s; its penalty (score / length ** alpha) is used", reason)
         elif reason:
             raise UserError(f"decode engine=ctranslate2: {reason}; use engine=fast")
         return "ctranslate2", "asked for"
-    if requested != "auto" or spec.size > 1:
-        return tf_engine(hp, requested)
-    if meshlib.num_gpus():
+    if requested != "auto" or config.mesh.size > 1:
+        return tf_engine(config, requested)
+    if config.machine.device == "gpu":
         return "fast", "a GPU"
-    if activation_dtype.resolve(hp.activation_dtype) == "bfloat16":
+    if config.activation_dtype == "bfloat16":
         return "fast", "bfloat16 runs natively on this CPU, where the TF engine outruns CTranslate2 float32"
     if not ct2.available():
         return "fast", f"one CPU; CTranslate2 is not installed ({ct2.INSTALL_HINT} adds it)"

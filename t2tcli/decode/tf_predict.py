@@ -16,8 +16,8 @@ from typing import Any
 
 from t2tcli.compat import tf
 from t2tcli.decode import fast, search, settings
-from t2tcli.hparams import HParams
 from t2tcli.model import graph
+from t2tcli.model.config import ModelConfig
 from t2tcli.model.loading import LoadedModel
 from t2tcli.train import estimator
 from t2tcli.train.model_fn import estimator_spec
@@ -38,11 +38,10 @@ def _clean_decodes(ids: mtf.Tensor) -> mtf.Tensor:
     return ids * mtf.cast(mtf.equal(eos_before, 0), tf.int32)
 
 
-def _fast_predict_spec(
-    hp: HParams, vocab_size: int, features: dict[str, tf.Tensor], decode: settings.DecodeSettings
-) -> Any:
+def _fast_predict_spec(config: ModelConfig, features: dict[str, tf.Tensor], decode: settings.DecodeSettings) -> Any:
     """PREDICT through t2tcli.decode.fast: the same contract, the same checkpoint variables."""
-    weights = fast.Weights(hp, vocab_size)
+    hp = config.hparams
+    weights = fast.Weights(config)
     inputs = tf.cast(features["inputs"], tf.int32)
     if "targets" in features:
         outputs = tf.cast(features["targets"], tf.int32)
@@ -65,7 +64,7 @@ def _fast_predict_spec(
     return tf.estimator.EstimatorSpec(mode=ModeKeys.PREDICT, predictions=predictions)
 
 
-def _mesh_predict_spec(g: graph.Graph, f: dict[str, mtf.Tensor], decode: settings.DecodeSettings, use_tpu: bool) -> Any:
+def _mesh_predict_spec(g: graph.Graph, f: dict[str, mtf.Tensor], decode: settings.DecodeSettings) -> Any:
     if "targets" in f:
         outputs = f["targets"]
     else:
@@ -107,13 +106,15 @@ def _mesh_predict_spec(g: graph.Graph, f: dict[str, mtf.Tensor], decode: setting
             )
 
     return estimator_spec(
-        use_tpu, mode=ModeKeys.PREDICT, predictions=predictions, prediction_hooks=hooks, scaffold_fn=scaffold_fn
+        g.config.use_tpu,
+        mode=ModeKeys.PREDICT,
+        predictions=predictions,
+        prediction_hooks=hooks,
+        scaffold_fn=scaffold_fn,
     )
 
 
-def predict_spec(
-    hp: HParams, vocab_size: int, features: dict[str, tf.Tensor], params: dict[str, Any], use_tpu: bool
-) -> Any:
+def predict_spec(config: ModelConfig, features: dict[str, tf.Tensor], params: dict[str, Any]) -> Any:
     """The PREDICT EstimatorSpec, with `params["decode"]` (settings.for_model_fn's
     DecodeSettings: its engine is fast or mesh).
 
@@ -131,25 +132,22 @@ def predict_spec(
     """
     decode: settings.DecodeSettings = params["decode"]
     if decode.engine == "fast":
-        return _fast_predict_spec(hp, vocab_size, features, decode)
-    g, f = graph.for_batch(hp, vocab_size, features, params, use_tpu)
-    return _mesh_predict_spec(g, f, decode, use_tpu)
+        return _fast_predict_spec(config, features, decode)
+    g, f = graph.for_batch(config, features, params)
+    return _mesh_predict_spec(g, f, decode)
 
 
 def build_estimator(
     model_dir: str,
-    hparams: HParams,
-    vocab_size: int,
+    config: ModelConfig,
     decode: settings.DecodeSettings | Mapping[str, Any] | None = None,
     tpu: estimator.TPUSettings | None = None,
 ) -> Any:
     """An Estimator that decodes with `decode` (settings; a mapping's keys over the hparams' own)."""
-    resolved = settings.for_model_fn(hparams, decode, use_tpu=tpu is not None)
-    return estimator.build_estimator(
-        model_dir, hparams, vocab_size, tpu=tpu, params={"decode": resolved}, predict=predict_spec
-    )
+    resolved = settings.for_model_fn(config, decode)
+    return estimator.build_estimator(model_dir, config, tpu=tpu, params={"decode": resolved}, predict=predict_spec)
 
 
 def estimator_for(model: LoadedModel, decode: settings.DecodeSettings | Mapping[str, Any] | None = None) -> Any:
     """A loaded run's Estimator, decoding with `decode`."""
-    return build_estimator(model.model_dir, model.hparams, model.vocab.vocab_size, decode)
+    return build_estimator(model.model_dir, model.config, decode)

@@ -228,6 +228,12 @@ def write_text(path: str, text: str) -> None:
         f.write(text)
 
 
+def write_files(files: dict[str, bytes]) -> None:
+    """Writes each file complete or absent, in the order given."""
+    for path, data in files.items():
+        write_bytes(path, data)
+
+
 def copy(source: str, target: str) -> None:
     """Copies a file so that `target` is complete or absent."""
     with fs.open_file(source, "rb") as src, output(target, "wb") as dst:

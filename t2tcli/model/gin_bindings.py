@@ -15,36 +15,34 @@ import gin
 from t2tcli import compat  # noqa: F401  (shims before mesh_tensorflow)
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
-from t2tcli.model.mesh import spec_from_hparams
+from t2tcli.model.config import ModelConfig
 from t2tcli.model.weight_names import is_gated
 
 _LAYERS = "mesh_tensorflow.transformer.transformer_layers"
 
 
-def gathers_embeddings(hp: HParams, use_tpu: bool) -> bool:
+def gathers_embeddings(config: ModelConfig) -> bool:
     """Whether ids are embedded by row lookup (t2tcli.model.embedding) rather than mesh-tf's
     one-hot einsum: off TPU, when the mesh splits neither the ids nor the vocabulary."""
-    spec = spec_from_hparams(hp)
-    return not use_tpu and all(spec.split_of(d) == 1 for d in ("batch", "length", "vocab"))
+    return not config.use_tpu and all(config.mesh.split_of(d) == 1 for d in ("batch", "length", "vocab"))
 
 
-def fuses_loss(hp: HParams, use_tpu: bool) -> bool:
+def fuses_loss(config: ModelConfig) -> bool:
     """Whether training's loss is t2tcli.model.token_loss's fused float32 pass rather than
     mesh-tf's element-wise ops: off TPU, when the mesh does not split the vocabulary."""
-    return not use_tpu and spec_from_hparams(hp).split_of("vocab") == 1
+    return not config.use_tpu and config.mesh.split_of("vocab") == 1
 
 
-def fuses_norm(hp: HParams, use_tpu: bool) -> bool:
+def fuses_norm(config: ModelConfig) -> bool:
     """Whether the RMS norms are t2tcli.model.rms_norm's fused passes rather than
     mesh-tf's element-wise ops: off TPU, when the mesh splits neither d_model nor length."""
-    spec = spec_from_hparams(hp)
-    return not use_tpu and spec.split_of("d_model") == 1 and spec.split_of("length") == 1
+    return not config.use_tpu and config.mesh.split_of("d_model") == 1 and config.mesh.split_of("length") == 1
 
 
-def uses_xla(hp: HParams, use_tpu: bool) -> bool:
+def uses_xla(config: ModelConfig) -> bool:
     """Whether the model has XLA-compiled functions of its own: the fused loss, or the fused
     norms (in training graphs only)."""
-    return fuses_loss(hp, use_tpu) or fuses_norm(hp, use_tpu)
+    return fuses_loss(config) or fuses_norm(config)
 
 
 def head_major(use_tpu: bool) -> bool:
@@ -59,13 +57,14 @@ def head_major(use_tpu: bool) -> bool:
 JOINED_PROJECTIONS_MAX_WIDTH = 512
 
 
-def joins_projections(hp: HParams, use_tpu: bool) -> bool:
+def joins_projections(config: ModelConfig) -> bool:
     """Whether attention's projections of one input run as one product
     (t2tcli.model.projections): with head-major attention, for kernels up to
     JOINED_PROJECTIONS_MAX_WIDTH wide, when the mesh does not split the heads, along
     which the kernels are joined."""
+    hp = config.hparams
     narrow = hp.num_heads * hp.d_kv <= JOINED_PROJECTIONS_MAX_WIDTH
-    return head_major(use_tpu) and narrow and spec_from_hparams(hp).split_of("heads") == 1
+    return head_major(config.use_tpu) and narrow and config.mesh.split_of("heads") == 1
 
 
 def _literal(hp: HParams, key: str, kind: type) -> str:
@@ -87,8 +86,9 @@ def _quoted(value: str | list[str]) -> str:
     return repr(value)
 
 
-def bindings(hp: HParams, use_tpu: bool = False) -> list[str]:
-    """The gin bindings (one string each) that configure a Bitransformer for `hp`."""
+def bindings(config: ModelConfig) -> list[str]:
+    """The gin bindings (one string each) that configure a Bitransformer for `config`."""
+    hp = config.hparams
     # T5 v1.0's norm variables are .../layer_norm/scale and final_layer_norm/scale (mesh-tf's
     # "legacy" sublayers); v1.1's are .../rms_norm/scale. The computation is the same.
     if hp.norm_scope == "layer_norm":
@@ -99,7 +99,7 @@ def bindings(hp: HParams, use_tpu: bool = False) -> list[str]:
     activation = (
         [hp.ffn_activation.removeprefix("gated-"), "linear"] if is_gated(hp.ffn_activation) else hp.ffn_activation
     )
-    if head_major(use_tpu):
+    if head_major(config.use_tpu):
         self_attention, enc_dec_attention = "t2tcli.HeadMajorSelfAttention", "t2tcli.HeadMajorEncDecAttention"
     else:
         self_attention, enc_dec_attention = f"{_LAYERS}.SelfAttention", f"{_LAYERS}.EncDecAttention"
@@ -128,25 +128,24 @@ def bindings(hp: HParams, use_tpu: bool = False) -> list[str]:
         f"DenseReluDense.dropout_rate = {_literal(hp, 'dropout_rate', float)}",
         f"DenseReluDense.activation = {_quoted(activation)}",
     ]
-    # After every literal above is checked: the mesh's split sizes are computed from them.
-    norms = "t2tcli.fused_" if fuses_norm(hp, use_tpu) else "transformer.sublayer_"
+    norms = "t2tcli.fused_" if fuses_norm(config) else "transformer.sublayer_"
     out.append(
         f"LayerStack.sublayers_per_layer = [@{norms}{norm}, @transformer.sublayer_call_layer, "
         "@transformer.sublayer_dropout, @transformer.sublayer_residual]"
     )
     out.append(f"LayerStack.sublayers_final = [@{norms}{final_norm}, @transformer.sublayer_dropout]")
-    if joins_projections(hp, use_tpu):
+    if joins_projections(config):
         out.append("t2tcli.HeadMajorSelfAttention.joined_projections = True")
         out.append("t2tcli.HeadMajorEncDecAttention.joined_projections = True")
-    if gathers_embeddings(hp, use_tpu):
+    if gathers_embeddings(config):
         out.append("get_vocab_embedding_cls.cls = @t2tcli.GatherVocabEmbedding")
-    if fuses_loss(hp, use_tpu):
+    if fuses_loss(config):
         out.append("decoder/Unitransformer.loss_fn = @t2tcli.fused_loss")
     return out
 
 
-def apply(hp: HParams, use_tpu: bool = False) -> None:
-    """Replaces the global gin config with the bindings of `hp`."""
+def apply(config: ModelConfig) -> None:
+    """Replaces the global gin config with the bindings of `config`."""
     import mesh_tensorflow.transformer.transformer  # noqa: F401  (registers configurables)
     import mesh_tensorflow.transformer.transformer_layers  # noqa: F401
 
@@ -154,4 +153,4 @@ def apply(hp: HParams, use_tpu: bool = False) -> None:
 
     with gin.unlock_config():
         gin.clear_config(clear_constants=True)
-        gin.parse_config(bindings(hp, use_tpu))
+        gin.parse_config(bindings(config))

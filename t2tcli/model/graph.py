@@ -10,10 +10,9 @@ import re
 from typing import Any
 
 from t2tcli.compat import tf
-from t2tcli.errors import UserError
-from t2tcli.hparams import HParams
-from t2tcli.model import activation_dtype, gin_bindings, optimization, weight_names
+from t2tcli.model import gin_bindings
 from t2tcli.model import mesh as meshlib
+from t2tcli.model.config import ModelConfig
 
 # isort: split
 # Imported after t2tcli.compat, whose shims mesh_tensorflow needs.
@@ -24,29 +23,15 @@ ModeKeys = tf.estimator.ModeKeys
 FEATURE_KEYS = ("inputs", "targets")
 
 
-def variable_dtype(hp: HParams, use_tpu: bool = False) -> mtf.VariableDType:
-    """float32 variables; activations in hp.activation_dtype as resolved for this machine."""
-    activations = tf.as_dtype(activation_dtype.resolve(hp.activation_dtype, use_tpu))
-    return mtf.VariableDType(tf.float32, tf.float32, activations)
+def variable_dtype(config: ModelConfig) -> mtf.VariableDType:
+    """float32 variables; activations in the dtype resolved for this machine."""
+    return mtf.VariableDType(tf.float32, tf.float32, tf.as_dtype(config.activation_dtype))
 
 
-def validate(hp: HParams, vocab_size: int, use_tpu: bool = False) -> None:
-    """Every check of hparams that building the model would make, as one-line errors, so
-    a binary can run them before it writes anything."""
-    spec = meshlib.spec_from_hparams(hp)
-    meshlib.check_vocab(spec, vocab_size, hp.vocab_divisor)
-    optimization.check(hp)
-    if hp.ffn_activation.removeprefix("gated-") not in weight_names.ACTIVATIONS:
-        known = ", ".join(weight_names.ACTIVATIONS)
-        raise UserError(f"hparam ffn_activation={hp.ffn_activation!r}: use one of {known}, or gated-<one of them>")
-    weight_names.Architecture.from_hparams(hp, vocab_size)
-    variable_dtype(hp, use_tpu)
-
-
-def build_model(hp: HParams, vocab_size: int, use_tpu: bool = False) -> transformer.Bitransformer:
-    """A Bitransformer for `hp` (gin is reset to hp's bindings first)."""
-    gin_bindings.apply(hp, use_tpu)
-    return transformer.make_bitransformer(input_vocab_size=vocab_size, output_vocab_size=vocab_size)
+def build_model(config: ModelConfig) -> transformer.Bitransformer:
+    """A Bitransformer for `config` (gin is reset to its bindings first)."""
+    gin_bindings.apply(config)
+    return transformer.make_bitransformer(input_vocab_size=config.vocab_size, output_vocab_size=config.vocab_size)
 
 
 def import_features(mesh: mtf.Mesh, features: dict[str, tf.Tensor], batch_dim: mtf.Dimension) -> dict[str, mtf.Tensor]:
@@ -73,15 +58,14 @@ def token_xent(logits: mtf.Tensor, targets: mtf.Tensor) -> tuple[mtf.Tensor, mtf
 class Graph:
     """One model_fn call's mtf graph, mesh and model."""
 
-    def __init__(
-        self, hp: HParams, vocab_size: int, mesh_impl: mtf.MeshImpl, var_placer: Any = None, use_tpu: bool = False
-    ) -> None:
-        self.hp = hp
+    def __init__(self, config: ModelConfig, mesh_impl: mtf.MeshImpl, var_placer: Any = None) -> None:
+        self.config = config
+        self.hp = config.hparams
         self.graph = mtf.Graph()
         self.mesh = mtf.Mesh(self.graph, "mesh", var_placer)
         self.mesh_impl = mesh_impl
-        self.model = build_model(hp, vocab_size, use_tpu)
-        self.dtype = variable_dtype(hp, use_tpu)
+        self.model = build_model(config)
+        self.dtype = variable_dtype(config)
 
     def logits(self, f: dict[str, mtf.Tensor], targets: mtf.Tensor, mode: str, compute_loss: bool) -> Any:
         return self.model.call_simple(
@@ -100,9 +84,18 @@ class Graph:
         return mtf.Lowering(self.graph, {self.mesh: self.mesh_impl}, autostack=True)
 
 
-def mesh_impl(spec: meshlib.MeshSpec, params: dict[str, Any], use_tpu: bool) -> tuple[mtf.MeshImpl, Any]:
-    if not use_tpu or "context" not in params:
-        return meshlib.placement_mesh_impl(spec, meshlib.placement_devices(spec)), None
+def placement_mesh_impl(config: ModelConfig, devices: list[str] | None = None) -> meshlib.PlacementMeshImpl:
+    """The CPU / GPU mesh of `config` on `devices` (default: one per mesh position)."""
+    spec = config.mesh
+    devices = meshlib.placement_devices(spec) if devices is None else devices
+    float32_einsums = config.kernels.float32_einsums and not any("GPU" in d for d in devices)
+    return meshlib.PlacementMeshImpl(spec.mtf_shape(), spec.mtf_layout(), devices, float32_einsums)
+
+
+def mesh_impl(config: ModelConfig, params: dict[str, Any]) -> tuple[mtf.MeshImpl, Any]:
+    spec = config.mesh
+    if not config.use_tpu or "context" not in params:
+        return placement_mesh_impl(config), None
     ctx = params["context"]
     devices = [ctx.tpu_host_placement_function(host_id=i) for i in range(ctx.num_hosts)]
     var_placer = mtf.utils.BalancedVariablePlacer(devices, [300_000_000 * ctx.num_replicas] + [0] * (ctx.num_hosts - 1))
@@ -123,21 +116,20 @@ def mesh_impl(spec: meshlib.MeshSpec, params: dict[str, Any], use_tpu: bool) -> 
 
 
 def for_batch(
-    hp: HParams, vocab_size: int, features: dict[str, tf.Tensor], params: dict[str, Any], use_tpu: bool
+    config: ModelConfig, features: dict[str, tf.Tensor], params: dict[str, Any]
 ) -> tuple[Graph, dict[str, mtf.Tensor]]:
     """A model_fn call's graph on its mesh, with the batch's features imported into it."""
-    impl, var_placer = mesh_impl(meshlib.spec_from_hparams(hp), params, use_tpu)
-    g = Graph(hp, vocab_size, impl, var_placer, use_tpu)
+    impl, var_placer = mesh_impl(config, params)
+    g = Graph(config, impl, var_placer)
     batch_dim = mtf.Dimension("batch", int(features["inputs"].shape[0]))
     return g, import_features(g.mesh, features, batch_dim)
 
 
-def variable_names(hparams: HParams, vocab_size: int) -> dict[str, list[int]]:
+def variable_names(config: ModelConfig) -> dict[str, list[int]]:
     """Names and shapes of the model's variables (e.g. to compare with a T5 checkpoint)."""
-    hp = hparams.copy()
-    hp.mesh_shape = ""
+    one_device = config.on_one_device()
     with tf.Graph().as_default():
-        g = Graph(hp, vocab_size, meshlib.placement_mesh_impl(meshlib.spec_from_hparams(hp), [""]))
+        g = Graph(one_device, placement_mesh_impl(one_device, [""]))
         batch = mtf.Dimension("batch", 1)
         length = mtf.Dimension("length", 4)
         ids = mtf.zeros(g.mesh, mtf.Shape([batch, length]), tf.int32)

@@ -10,6 +10,8 @@ variant to measure them again on another CPU.
 
 from __future__ import annotations
 
+import dataclasses
+
 from t2tcli.model import hardware
 
 # Zero columns added to the FFN's inner width where ffn_padding() asks for them.
@@ -64,3 +66,17 @@ def ffn_padding(machine: hardware.Machine, d_ff: int) -> int:
     if machine.device != "cpu" or "avx2" not in machine.cpu_flags or "avx512f" in machine.cpu_flags:
         return 0
     return FFN_PADDING if d_ff % 2048 == 0 else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelLayout:
+    """This machine's choices for the model's kernels, as t2tcli.model.config carries them."""
+
+    float32_einsums: bool = False  # bfloat16 products computed in float32 (emulated_einsum)
+    transposed_kernels: bool = False  # the fast engine keeps kernels [out, in]
+    ffn_padding: int = 0  # zero units the fast engine adds to the FFN's inner width
+
+
+def for_machine(machine: hardware.Machine, d_ff: int) -> KernelLayout:
+    """Every kernel choice for a model of FFN width `d_ff` on `machine`."""
+    return KernelLayout(emulated_einsum(machine), transposed_kernels(machine), ffn_padding(machine, d_ff))

@@ -18,16 +18,21 @@ from t2tcli.data.vocab import Vocabulary
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.io import fs
+from t2tcli.model import config as model_config
 from t2tcli.model import run_records
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class LoadedModel:
     model_dir: str
     info: run_records.RunInfo
-    hparams: HParams
+    config: model_config.ModelConfig  # the model on this machine, checked when loaded
     problem: Problem | None  # None: a pretrained model written by t2t-train --train_steps=0 without a problem
     vocab: Vocabulary
+
+    @property
+    def hparams(self) -> HParams:
+        return self.config.hparams
 
 
 def load(model_dir: str, problem: str | None = None, hparams: str = "", trust_usr_dir: bool = False) -> LoadedModel:
@@ -52,7 +57,8 @@ def load(model_dir: str, problem: str | None = None, hparams: str = "", trust_us
         raise
     if unconsented:
         logging.warning("%s", _consent_message(model_dir, unconsented, "not needed here"))
-    return LoadedModel(model_dir, info, hp, found, Vocabulary(vocab_path))
+    vocab = Vocabulary(vocab_path)
+    return LoadedModel(model_dir, info, model_config.build(hp, vocab.vocab_size), found, vocab)
 
 
 def _import_recorded_code(model_dir: str, usr_dirs: list[str], trusted: bool) -> list[str]:

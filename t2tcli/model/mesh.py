@@ -196,10 +196,3 @@ class PlacementMeshImpl(mtf.placement_mesh_impl.PlacementMeshImpl):
         if self.float32_einsums and slices[0].dtype == tf.bfloat16:
             return tf.cast(einsum_order.einsum(equation, *(tf.cast(s, tf.float32) for s in slices)), tf.bfloat16)
         return einsum_order.einsum(equation, *slices)
-
-
-def placement_mesh_impl(spec: MeshSpec, devices: list[str]) -> PlacementMeshImpl:
-    from t2tcli.model import hardware, kernel_layout
-
-    float32_einsums = not any("GPU" in d for d in devices) and kernel_layout.emulated_einsum(hardware.detect())
-    return PlacementMeshImpl(spec.mtf_shape(), spec.mtf_layout(), devices, float32_einsums)

@@ -55,14 +55,16 @@ def absolute_usr_dirs(usr_dirs: list[str]) -> list[str]:
 def save(model_dir: str, info: RunInfo, hparams: HParams, vocabulary_proto: bytes) -> None:
     """Records the run in model_dir: hparams, run description and vocabulary, each file
     complete or absent."""
-    from t2tcli.data.vocab import write_model
+    from t2tcli.data.vocab import model_files
 
+    run = json.dumps(dataclasses.asdict(info), indent=2, sort_keys=True) + "\n"
+    files = {
+        os.path.join(model_dir, HPARAMS_FILE): (hparams.to_json() + "\n").encode("utf-8"),
+        os.path.join(model_dir, RUN_FILE): run.encode("utf-8"),
+        **model_files(vocabulary_proto, os.path.join(model_dir, VOCAB_FILE)),
+    }
     fs.makedirs(model_dir)
-    atomic.write_text(os.path.join(model_dir, HPARAMS_FILE), hparams.to_json() + "\n")
-    atomic.write_text(
-        os.path.join(model_dir, RUN_FILE), json.dumps(dataclasses.asdict(info), indent=2, sort_keys=True) + "\n"
-    )
-    write_model(vocabulary_proto, os.path.join(model_dir, VOCAB_FILE))
+    atomic.write_files(files)
 
 
 def exists(model_dir: str) -> bool:

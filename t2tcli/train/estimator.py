@@ -14,9 +14,9 @@ from typing import Any
 from t2tcli.compat import tf
 from t2tcli.data import inputs
 from t2tcli.errors import UserError
-from t2tcli.hparams import HParams
 from t2tcli.model import gin_bindings, xla_logs
 from t2tcli.model import mesh as meshlib
+from t2tcli.model.config import ModelConfig
 from t2tcli.train.model_fn import PredictSpec, TrainSettings, make_model_fn
 
 # isort: split
@@ -57,35 +57,34 @@ def tpu_resolver(tpu: TPUSettings) -> Any:
     return resolver
 
 
-def session_config(hp: HParams) -> tf1.ConfigProto:
+def session_config(config: ModelConfig) -> tf1.ConfigProto:
     """Enough logical CPU devices for the mesh (when there is no GPU); in a TF_CONFIG
     cluster, a task sees only the parameter servers and itself, so that workers do not
     wait on each other (what Estimator sets when given no session config)."""
-    spec = meshlib.spec_from_hparams(hp)
     task = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task", {})
-    config = tf1.ConfigProto(
-        device_count={"CPU": meshlib.cpu_device_count(spec)},
+    session = tf1.ConfigProto(
+        device_count={"CPU": meshlib.cpu_device_count(config.mesh)},
         allow_soft_placement=True,
         # In a cluster, every worker's session must see the variables the parameter servers hold.
         isolate_session_state=not task,
     )
     if task.get("type") in ("chief", "worker", "master"):
-        config.device_filters.extend(["/job:ps", f"/job:{task['type']}/task:{int(task.get('index', 0))}"])
+        session.device_filters.extend(["/job:ps", f"/job:{task['type']}/task:{int(task.get('index', 0))}"])
     elif task.get("type") == "evaluator":
-        config.device_filters.append(f"/job:evaluator/task:{int(task.get('index', 0))}")
-    return config
+        session.device_filters.append(f"/job:evaluator/task:{int(task.get('index', 0))}")
+    return session
 
 
 def build_estimator(
     model_dir: str,
-    hparams: HParams,
-    vocab_size: int,
+    config: ModelConfig,
     train: TrainSettings | None = None,
     tpu: TPUSettings | None = None,
     params: dict[str, Any] | None = None,
     predict: PredictSpec | None = None,
 ) -> tf.estimator.Estimator:
-    """An Estimator for the Bitransformer of `hparams` (the contract: t2tcli.train.model_fn).
+    """An Estimator for the Bitransformer of `config` (the contract: t2tcli.train.model_fn);
+    a TPUEstimator with `tpu` (for a config built with use_tpu).
 
     Checkpoints are written by the model_fn's own saver hook (mesh-tf must copy sliced
     variables back to their masters first), so the RunConfig's saver is switched off.
@@ -93,9 +92,11 @@ def build_estimator(
     only training and evaluation graphs hold XLA functions (the fused loss and norms), so
     only their Estimators spend the first XLA compile's log lines.
     """
+    if config.use_tpu != (tpu is not None):
+        raise ValueError("a TPU Estimator needs a ModelConfig built with use_tpu=True, and only it does")
     train = train or TrainSettings()
-    spec = meshlib.spec_from_hparams(hparams)
-    model_fn = make_model_fn(hparams, vocab_size, model_dir, train, use_tpu=tpu is not None, predict=predict)
+    hparams = config.hparams
+    model_fn = make_model_fn(config, model_dir, train, predict=predict)
     run = {
         "model_dir": model_dir,
         "save_checkpoints_steps": None,
@@ -105,18 +106,18 @@ def build_estimator(
         "tf_random_seed": train.random_seed,
     }
     if tpu is None:
-        if predict is None and gin_bindings.uses_xla(hparams, use_tpu=False):
+        if predict is None and gin_bindings.uses_xla(config):
             xla_logs.spend_first_compile_logs()
-        config = tf.estimator.RunConfig(
-            keep_checkpoint_max=train.keep_checkpoint_max, session_config=session_config(hparams), **run
+        run_config = tf.estimator.RunConfig(
+            keep_checkpoint_max=train.keep_checkpoint_max, session_config=session_config(config), **run
         )
-        return tf.estimator.Estimator(model_fn=model_fn, config=config, params=dict(params or {}))
+        return tf.estimator.Estimator(model_fn=model_fn, config=run_config, params=dict(params or {}))
     if tpu.tpu_topology:
-        meshlib.check_tpu(spec, tpu.tpu_topology)
-    config = tpu_config_lib.RunConfig(
+        meshlib.check_tpu(config.mesh, tpu.tpu_topology)
+    run_config = tpu_config_lib.RunConfig(
         cluster=tpu_resolver(tpu),
         tpu_config=tpu_config_lib.TPUConfig(
-            num_shards=spec.size,
+            num_shards=config.mesh.size,
             iterations_per_loop=tpu.iterations_per_loop,
             per_host_input_for_training=tpu_config_lib.InputPipelineConfig.BROADCAST,
         ),
@@ -124,7 +125,7 @@ def build_estimator(
     )
     return tpu_estimator.TPUEstimator(
         model_fn=model_fn,
-        config=config,
+        config=run_config,
         use_tpu=True,
         train_batch_size=hparams.batch_size,
         eval_batch_size=hparams.batch_size,
@@ -133,7 +134,7 @@ def build_estimator(
     )
 
 
-def write_initial_checkpoint(estimator: tf.estimator.Estimator, hp: HParams) -> None:
+def write_initial_checkpoint(estimator: tf.estimator.Estimator, config: ModelConfig) -> None:
     """Saves the model as training would before its first step: variables initialised (from
     the init checkpoint when there is one), optimizer slots included, as step 0.
 
@@ -143,15 +144,16 @@ def write_initial_checkpoint(estimator: tf.estimator.Estimator, hp: HParams) -> 
     with tf.Graph().as_default():
         if estimator.config.tf_random_seed is not None:
             tf1.set_random_seed(estimator.config.tf_random_seed)  # as Estimator.train seeds its graph
+        hp = config.hparams
         batch = inputs.batch_size(hp)
         features = {
             "inputs": tf.zeros([batch, int(hp.inputs_length)], tf.int32),
             "targets": tf.zeros([batch, int(hp.targets_length)], tf.int32),
         }
         spec = estimator.model_fn(features, None, ModeKeys.TRAIN, estimator.config)
-        config = tf1.ConfigProto()
-        config.CopyFrom(estimator.config.session_config)
+        session = tf1.ConfigProto()
+        session.CopyFrom(estimator.config.session_config)
         with tf1.train.MonitoredTrainingSession(
-            scaffold=spec.scaffold, chief_only_hooks=spec.training_chief_hooks, config=config
+            scaffold=spec.scaffold, chief_only_hooks=spec.training_chief_hooks, config=session
         ):
             pass  # the checkpoint saver hook saves step 0 once the session is made

@@ -2,7 +2,7 @@
 
 Contract (used by t2t-train, t2t-eval, t2t-decode and t2t-export)
 -----------------------------------------------------------------
-`t2tcli.train.estimator.build_estimator(model_dir, hparams, vocab_size, ...)` returns an
+`t2tcli.train.estimator.build_estimator(model_dir, config, ...)` returns an
 Estimator (a TPUEstimator with `tpu=...`) whose input_fn must yield static shapes (mtf
 needs them; the caller pads the last batch to the full batch size):
 
@@ -26,9 +26,9 @@ from collections.abc import Callable
 from typing import Any
 
 from t2tcli.compat import tf
-from t2tcli.hparams import HParams
 from t2tcli.model import graph, optimization
 from t2tcli.model import mesh as meshlib
+from t2tcli.model.config import ModelConfig
 from t2tcli.train import hooks, init_checkpoint
 
 # isort: split
@@ -38,8 +38,8 @@ from tensorflow_estimator.python.estimator.tpu import tpu_estimator
 
 tf1 = tf.compat.v1
 ModeKeys = tf.estimator.ModeKeys
-# hparams, vocab_size, features, params, use_tpu -> the PREDICT EstimatorSpec
-PredictSpec = Callable[[HParams, int, dict[str, tf.Tensor], dict[str, Any], bool], Any]
+# config, features, params -> the PREDICT EstimatorSpec
+PredictSpec = Callable[[ModelConfig, dict[str, tf.Tensor], dict[str, Any]], Any]
 
 
 @dataclasses.dataclass
@@ -58,35 +58,32 @@ class TrainSettings:
 
 
 def make_model_fn(
-    hp: HParams,
-    vocab_size: int,
-    model_dir: str,
-    train: TrainSettings | None = None,
-    use_tpu: bool = False,
-    predict: PredictSpec | None = None,
+    model_config: ModelConfig, model_dir: str, train: TrainSettings | None = None, predict: PredictSpec | None = None
 ) -> Any:
-    """The Estimator model_fn for `hp`; see the module docstring for its contract."""
-    graph.validate(hp, vocab_size, use_tpu)
-    spec = meshlib.spec_from_hparams(hp)
+    """The Estimator model_fn for `model_config`; see the module docstring for its contract."""
     train = train or TrainSettings()
 
     def model_fn(
-        features: dict[str, tf.Tensor], labels: Any, mode: str, params: dict[str, Any] | None = None, config: Any = None
+        features: dict[str, tf.Tensor],
+        labels: Any,
+        mode: str,
+        params: dict[str, Any] | None = None,
+        config: Any = None,  # the Estimator's RunConfig, passed by this name
     ) -> Any:
         del labels
         params = params or {}
         batch_size = features["inputs"].shape[0]
         if batch_size is None:
             raise ValueError("model_fn needs a static batch size: batch with drop_remainder=True (pad the last batch)")
-        meshlib.check_batch(spec, int(batch_size))
+        meshlib.check_batch(model_config.mesh, int(batch_size))
         if mode == ModeKeys.PREDICT:
             if predict is None:
                 raise ValueError("this Estimator was built without a decoder: build it with t2tcli.decode.tf_predict")
-            return predict(hp, vocab_size, features, params, use_tpu)
-        g, f = graph.for_batch(hp, vocab_size, features, params, use_tpu)
+            return predict(model_config, features, params)
+        g, f = graph.for_batch(model_config, features, params)
         if mode == ModeKeys.TRAIN:
-            return _train_spec(g, f, features, model_dir, train, use_tpu, _task_name(config))
-        return _eval_spec(g, f, use_tpu)
+            return _train_spec(g, f, features, model_dir, train, _task_name(config))
+        return _eval_spec(g, f)
 
     return model_fn
 
@@ -118,10 +115,10 @@ def _train_spec(
     features: dict[str, tf.Tensor],
     model_dir: str,
     train: TrainSettings,
-    use_tpu: bool,
     task: str = "",
 ) -> Any:
     hp = g.hp
+    use_tpu = g.config.use_tpu
     _, loss = g.logits(f, f["targets"], ModeKeys.TRAIN, compute_loss=True)
     loss = mtf.cast(loss, tf.float32)
     global_step = tf1.train.get_or_create_global_step()
@@ -215,7 +212,7 @@ def _metric_fn(xent: tf.Tensor, weights: tf.Tensor, predictions: tf.Tensor, targ
     }
 
 
-def _eval_spec(g: graph.Graph, f: dict[str, mtf.Tensor], use_tpu: bool) -> Any:
+def _eval_spec(g: graph.Graph, f: dict[str, mtf.Tensor]) -> Any:
     targets = f["targets"]
     logits, _ = g.logits(f, targets, ModeKeys.EVAL, compute_loss=False)
     xent, weights = graph.token_xent(logits, targets)
@@ -228,5 +225,5 @@ def _eval_spec(g: graph.Graph, f: dict[str, mtf.Tensor], use_tpu: bool) -> Any:
     with mtf.utils.outside_all_rewrites():
         restore = [mtf.MtfRestoreHook(lowering)]
     return estimator_spec(
-        use_tpu, mode=ModeKeys.EVAL, loss=tf_loss, eval_metrics=(_metric_fn, out), evaluation_hooks=restore
+        g.config.use_tpu, mode=ModeKeys.EVAL, loss=tf_loss, eval_metrics=(_metric_fn, out), evaluation_hooks=restore
     )
