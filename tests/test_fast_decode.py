@@ -71,7 +71,7 @@ def test_decodes_match_mesh_tensorflow(toy, decode, transposed, ffn_padding, bea
     """Every layout of the fast engine's kernels and every attention kernel choice
     (kernel_layout.transposed_kernels, kernel_layout.ffn_padding and
     kernel_layout.beam_attention_on_onednn pick one per CPU) decodes as mesh-tensorflow does."""
-    monkeypatch.setattr(fast_kernels, "transposed_kernels", lambda: transposed)
+    monkeypatch.setattr(kernel_layout, "transposed_kernels", lambda machine: transposed)
     monkeypatch.setattr(kernel_layout, "ffn_padding", lambda machine, d_ff: ffn_padding)
     monkeypatch.setattr(fast_kernels, "beam_attention_on_onednn", lambda: beam_onednn)
     fast_ids, fast_scores = _predict(toy, "fast", **decode)

@@ -500,7 +500,7 @@ def test_the_training_graph_projects_q_k_and_v_from_joined_kernels(monkeypatch, 
     self_attention_layers = tiny.num_encoder_layers + tiny.num_decoder_layers
     assert widths.count(3 * inner) == 2 * self_attention_layers
     assert widths.count(2 * inner) == 2 * tiny.num_decoder_layers
-    monkeypatch.setattr(gin_bindings, "joins_projections", lambda hp, use_tpu: False)
+    monkeypatch.setattr(gin_bindings, "joins_projections", lambda config: False)
     widths = kernel_widths()
     assert 3 * inner not in widths and 2 * inner not in widths
 
