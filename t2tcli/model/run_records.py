@@ -55,7 +55,7 @@ def absolute_usr_dirs(usr_dirs: list[str]) -> list[str]:
 def save(model_dir: str, info: RunInfo, hparams: HParams, vocabulary_proto: bytes) -> None:
     """Records the run in model_dir: hparams, run description and vocabulary, each file
     complete or absent."""
-    from t2tcli.data.vocab import write_model
+    from t2tcli.data.vocabulary.vocab import write_model
 
     fs.makedirs(model_dir)
     atomic.write_text(os.path.join(model_dir, HPARAMS_FILE), hparams.to_json() + "\n")

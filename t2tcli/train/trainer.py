@@ -20,8 +20,9 @@ from absl import logging
 
 from t2tcli import interrupts, registry
 from t2tcli.compat import tf
-from t2tcli.data import inputs, layout
-from t2tcli.data.vocab import Vocabulary
+from t2tcli.data import layout
+from t2tcli.data.input import inputs
+from t2tcli.data.vocabulary.vocab import Vocabulary
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.interop import hf_t5

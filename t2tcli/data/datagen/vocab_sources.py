@@ -12,11 +12,11 @@ import dataclasses
 
 from absl import logging
 
-from t2tcli.data import hf_vocab
-from t2tcli.data.options import Options
+from t2tcli.data.datagen.options import Options
+from t2tcli.data.datagen.stats import VocabSample
 from t2tcli.data.problem import Problem
-from t2tcli.data.stats import VocabSample
-from t2tcli.data.vocab import check_layout, trained_model, with_sentinels, write_model
+from t2tcli.data.vocabulary import hf_vocab
+from t2tcli.data.vocabulary.vocab import check_layout, trained_model, with_sentinels, write_model
 from t2tcli.errors import UserError
 from t2tcli.io import fs
 

@@ -5,7 +5,7 @@ before "targets"): several times faster than building protos per row, and the by
 depend only on the ids, so identical input gives byte-identical shards. A whole batch
 is serialized and framed at once: the header bytes of an Example depend only on the
 sizes of its two id lists, so they are built once per distinct pair of sizes and the
-records are assembled by one numpy gather (see `t2tcli.data.packed_encoder.Spans`); the
+records are assembled by one numpy gather (see `t2tcli.data.vocabulary.packed_encoder.Spans`); the
 CRC of each record is the only per-row call.
 
 Each split's records are first appended, already framed, to one bucket file per shard
@@ -28,8 +28,8 @@ import google_crc32c
 import numpy as np
 
 from t2tcli.data import layout
-from t2tcli.data.packed_encoder import Spans, interleave, pack_ids, varint
-from t2tcli.data.vocab import EOS_ID
+from t2tcli.data.vocabulary.packed_encoder import Spans, interleave, pack_ids, varint
+from t2tcli.data.vocabulary.vocab import EOS_ID
 from t2tcli.io import atomic, scratch
 
 _EOS = varint(EOS_ID)
@@ -54,7 +54,7 @@ def _entry_prefix(key: bytes, values_bytes: int) -> bytes:
 
 
 class ExampleEncoder:
-    """Packed id bytes (see t2tcli.data.packed_encoder) -> TFRecord records of `tf.train.Example`s."""
+    """Packed id bytes (see t2tcli.data.vocabulary.packed_encoder) -> TFRecord records of `tf.train.Example`s."""
 
     def __init__(self) -> None:
         # (inputs bytes, targets bytes), EOS included -> (bytes before the inputs, bytes between inputs and targets)

@@ -19,9 +19,10 @@ from absl import logging
 
 from t2tcli import registry
 from t2tcli.compat import tf
-from t2tcli.data import corruption, layout
+from t2tcli.data import layout
+from t2tcli.data.input import corruption
 from t2tcli.data.objectives import Room
-from t2tcli.data.vocab import EOS_ID, Vocabulary, sentinel_count
+from t2tcli.data.vocabulary.vocab import EOS_ID, Vocabulary, sentinel_count
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 

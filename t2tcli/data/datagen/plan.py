@@ -19,10 +19,10 @@ import os
 import sys
 
 from t2tcli.data import layout
-from t2tcli.data.options import Options, num_shards, split_sources
+from t2tcli.data.datagen.options import Options, num_shards, split_sources
+from t2tcli.data.datagen.vocab_sources import differs, vocab_description, vocabulary_source
 from t2tcli.data.problem import Problem, Text2TextProblem
-from t2tcli.data.vocab import sentinel_count
-from t2tcli.data.vocab_sources import differs, vocab_description, vocabulary_source
+from t2tcli.data.vocabulary.vocab import sentinel_count
 from t2tcli.errors import UserError
 from t2tcli.io import fs, lock
 

@@ -21,10 +21,10 @@ import numpy as np
 import pandas as pd
 from absl import logging
 
-from t2tcli.data.options import Options, progress, read_options_of, split_sources
-from t2tcli.data.preprocessing import ChunkPreprocessor
+from t2tcli.data.datagen.options import Options, progress, read_options_of, split_sources
 from t2tcli.data.problem import Text2TextProblem
-from t2tcli.data.source_base import Source
+from t2tcli.data.sources.preprocessing import ChunkPreprocessor
+from t2tcli.data.sources.source_base import Source
 from t2tcli.errors import UserError
 
 SKIPPED_LINES_REPORTED = 10
