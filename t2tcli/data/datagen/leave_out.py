@@ -7,7 +7,7 @@ dev and test records are read as datagen splits them, every text of theirs (each
 field, and the inputs and targets made of them) is hashed after collapsing whitespace,
 and a document of the self-supervised source with the same hash is left out, in every
 split, by both runners (they are not counted in the meta file's rows_read; a log line
-counts them). Imports: core and data (options, plan, problem, registry, source_base and stages).
+counts them). Imports: core and data (options, plan, problem, registry, sources.source_base and stages).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 split, its shard counts, its read settings and progress bars.
 
 Both runners (local and Beam) derive these the same way from here. Imports: core and
-data (layout, leave_out, problem and source_base).
+data (layout, leave_out, problem and sources.source_base).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A component is skipped when its meta file matches a fingerprint of everything it
 depend on (`source_fingerprint`) and the vocabulary; the vocabulary is remade when it is
 missing, differs from its source or is described otherwise. The local and Beam runners
 make the same decision here and hold the same locks. Imports: core, io and data
-(layout, options, problem, vocab and vocab_sources).
+(layout, options, problem, vocab_sources and vocabulary.vocab).
 """
 
 from __future__ import annotations

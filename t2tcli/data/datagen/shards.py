@@ -14,7 +14,7 @@ seeded RNG for the train split, and written as a TFRecord under a temporary name
 is renamed when complete. Memory is bounded by the size of one shard, not of the data
 set. Buckets are the local run's own scratch files, named by `layout`, made and read back
 through `t2tcli.io.scratch` (no symlink followed, no FIFO read).
-Imports: io and data (layout, packed_encoder and vocab).
+Imports: io and data (layout, vocabulary.packed_encoder and vocabulary.vocab).
 """
 
 from __future__ import annotations

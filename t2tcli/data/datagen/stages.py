@@ -3,7 +3,8 @@
 Both runners push every chunk through `chunk_parts`, so a problem's records become the
 same pairs, reports and split assignment locally and on Beam workers. The process tuning
 for these loops (the cyclic collector, glibc's handling of freed memory) is here too.
-Imports: core and data (options, preprocessing, problem and source_base).
+Imports: core and data (options, problem, sources.preprocessing and
+sources.source_base).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ Face directory, or training on datagen's sample; and how that is described in me
 so a change of source remakes it.
 
 Both runners decide and make the vocabulary through here. Imports: core, io and data
-(hf_vocab, options, problem, stats and vocab).
+(options, problem, stats, vocabulary.hf_vocab and vocabulary.vocab).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 `encoded_blocks` encodes, and `finish_task` puts every shard in place and writes the meta
 file: the local `ShardWriter` and the Beam pipeline both use them, which is what keeps
-their outputs identical. Imports: io and data (layout, meta, options, packed_encoder,
-problem, shards, stages, stats and vocab).
+their outputs identical. Imports: io and data (layout, meta, options, problem,
+shards, stages, stats, vocabulary.packed_encoder and vocabulary.vocab).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ sequence ends in EOS, truncates to the hparams' sequence lengths (keeping the EO
 packs several examples into one row with segment ids and positions (training default),
 pads to static shapes (mtf and TPUs need them), batches with a fixed batch size and
 prefetches. Shards are found through `layout`. Imports: core and data
-(corruption, layout, objectives, registry and vocab); and mesh-tensorflow's dataset code.
+(corruption, layout, objectives, registry and vocabulary.vocab); and mesh-tensorflow's dataset code.
 """
 
 from __future__ import annotations
