@@ -22,7 +22,7 @@ from datagen import REPO, timed, write_quora_csv  # noqa: E402
 
 PARTS_PROBLEM = '''
 from t2tcli import registry
-from t2tcli.data.sources import CsvSource, raw_dir
+from t2tcli.sources import CsvSource, raw_dir
 
 
 @registry.register_problem("qp_parts")

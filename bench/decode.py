@@ -193,7 +193,7 @@ def run_hf(hf_dir: Path, batches: list[list[list[int]]], beam: int, length: int,
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
-    from t2tcli.data.vocab import EOS_ID
+    from t2tcli.data.vocabulary.vocab import EOS_ID
 
     torch.set_num_threads(usable_cores())
     model = AutoModelForSeq2SeqLM.from_pretrained(str(hf_dir)).eval()
@@ -229,7 +229,7 @@ def run_ct2(
     """Bare CTranslate2; `forced` as for run_hf."""
     import ctranslate2
 
-    from t2tcli.data.vocab import EOS_ID, PAD_ID
+    from t2tcli.data.vocabulary.vocab import EOS_ID, PAD_ID
 
     translator = ctranslate2.Translator(
         str(ct2_dir), device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=usable_cores()
@@ -287,7 +287,7 @@ def measure(name: str, beam: int, src: Path, batches: list, paths: dict, args: a
         return run_t2t(paths["model_dir"], src, beam, args.batch_size, length, engine, quantization)
     forced = not args.model_dir
     if name.startswith("OpenVINO"):
-        from t2tcli.data.vocab import EOS_ID
+        from t2tcli.data.vocabulary.vocab import EOS_ID
 
         ir_dir = paths["ov_int8"] if name.endswith("int8") else paths["ov_float"]
         precision = "float32" if name.endswith("float32") else "default"
@@ -383,7 +383,7 @@ def main() -> None:
     if args.quick:
         args.lines, args.beams, args.repeats = 64, "1", 1
 
-    from t2tcli.data.vocab import Vocabulary
+    from t2tcli.data.vocabulary.vocab import Vocabulary
     from t2tcli.decode import batching, settings
     from t2tcli.model import loading, weight_names
 

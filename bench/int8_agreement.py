@@ -61,7 +61,7 @@ def dev_pairs(data_dir: Path, problem: str, vocab_file: Path, limit: int) -> lis
     """(formatted input, reference) of the dev split, read back from its shards."""
     from t2tcli.compat import tf
     from t2tcli.data.layout import data_files
-    from t2tcli.data.vocab import Vocabulary
+    from t2tcli.data.vocabulary.vocab import Vocabulary
 
     vocab = Vocabulary(str(vocab_file))
     pairs = []
@@ -125,7 +125,7 @@ def main() -> None:
 
     import sacrebleu
 
-    from t2tcli.data.vocab import Vocabulary
+    from t2tcli.data.vocabulary.vocab import Vocabulary
     from t2tcli.model import checkpoints
 
     pairs = dev_pairs(data_dir, args.problem, model_dir / "vocab.model", args.lines)

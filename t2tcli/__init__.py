@@ -8,10 +8,17 @@ imports only the layers below it (tests/test_layout.py holds the rule):
                staged directories, locks, output checks, text files
     builtin    the built-in problems and hparams sets (the repository's top-level problems/
                and hparams/, installed here); they import only the public names below
-    data       the registry, which loads the built-ins and user code; sources (plain text
-               too), preprocessing, vocabulary, the data_dir layout,
-               datagen stages and their local and Beam runners, the tf.data input
-               pipeline, where T5's self-supervised objectives corrupt text each epoch
+    data       the registry, which loads the built-ins and user code; at data's top what all
+               of it shares: the data_dir layout, the Problem contract and T5's objectives;
+               then by concern, each importing only those before it:
+                 sources     CSV, TSV, JSONL, plain text, TFDS and generated records, and
+                             a problem's preprocess run over whole columns
+                 vocabulary  SentencePiece with T5's ids, Hugging Face vocabularies, the
+                             packed-ids encoder
+                 input       the tf.data pipeline from shards to batches, where the
+                             objectives corrupt text each epoch
+                 datagen     t2t-datagen: plan, stages, spool, writer, shards, meta, and
+                             its local and Beam runners
     model      the Bitransformer's graph, hparams -> gin, mesh, the machine (hardware) with its
                activation dtype and CPU kernel layout, weight names, checkpoints, a model_dir's
                records and loading a trained run

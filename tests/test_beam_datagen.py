@@ -17,18 +17,19 @@ from test_datagen import tree, write_quora
 from test_datagen_cli import assert_one_line_error
 
 from t2tcli import registry
-from t2tcli.data import datagen, stages
+from t2tcli.data.datagen import run as datagen
+from t2tcli.data.datagen import stages
 from t2tcli.data.layout import read_meta
 
 require_extra("apache_beam")
 
-from t2tcli.data import beam_runner  # noqa: E402
+from t2tcli.data.datagen import beam_runner  # noqa: E402
 
 GLOB_PROBLEM = '''
 from t2tcli.data.problem import Text2TextProblem, VocabSpec
 from t2tcli.registry import register_problem
-from t2tcli.data.sources import CsvSource, JsonlSource, raw_dir
-from t2tcli.data.text import squash_spaces
+from t2tcli.sources import CsvSource, JsonlSource, raw_dir
+from t2tcli.data.sources.text import squash_spaces
 
 
 @register_problem("beam_notes")

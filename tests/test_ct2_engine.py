@@ -13,7 +13,7 @@ import test_numerics
 from conftest import require_extra, run_binary
 from toy_model import toy_model  # noqa: F401  (session fixture)
 
-from t2tcli.data.vocab import EOS_ID
+from t2tcli.data.vocabulary.vocab import EOS_ID
 from t2tcli.decode import batching, ct2, engines, settings
 from t2tcli.errors import UserError
 from t2tcli.model import checkpoints, hardware, loading

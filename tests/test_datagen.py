@@ -14,11 +14,13 @@ import pytest
 
 from t2tcli import registry
 from t2tcli.compat import tf
-from t2tcli.data import datagen, packed_encoder, shards, stats
+from t2tcli.data.datagen import run as datagen
+from t2tcli.data.datagen import shards, stats
 from t2tcli.data.layout import data_files, read_meta
-from t2tcli.data.packed_encoder import PackedTextEncoder, Spans, interleave, varint
 from t2tcli.data.problem import VocabSpec
-from t2tcli.data.vocab import EOS_ID, Vocabulary
+from t2tcli.data.vocabulary import packed_encoder
+from t2tcli.data.vocabulary.packed_encoder import PackedTextEncoder, Spans, interleave, varint
+from t2tcli.data.vocabulary.vocab import EOS_ID, Vocabulary
 from t2tcli.errors import UserError
 
 WORDS = "what how why is the a best way to learn python cook rice fast good book read".split()
@@ -221,7 +223,7 @@ def test_batch_of_examples_equals_one_by_one():
 
 
 def test_column_wise_squash_spaces_with_every_kind_of_whitespace():
-    from t2tcli.data import columns, text
+    from t2tcli.data.sources import columns, text
 
     every = {c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace()}
     assert every == {" ", *text._OTHER_WHITESPACE}  # the scan for irregular spacing looks for all of them
@@ -273,7 +275,7 @@ def test_whole_text_encoding_is_mentioned_only_for_a_vocabulary_the_user_supplie
     goes unmentioned; one given with --vocab_from gets a line saying what would be faster."""
     import logging
 
-    from t2tcli.data.vocab import train_vocabulary
+    from t2tcli.data.vocabulary.vocab import train_vocabulary
 
     words = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
     sentences = [" ".join(words[i % 10 : i % 10 + 4]) for i in range(200)]
@@ -365,7 +367,7 @@ def test_vocab_from_file_is_reused_not_trained(toy_dir, tmp_path):
 
 
 def test_sentinels_encode_as_t5_and_round_trip(toy_dir, tmp_path):
-    from t2tcli.data import vocab as vocablib
+    from t2tcli.data.vocabulary import vocab as vocablib
 
     proto = (toy_dir / "vocab.toy.model").read_bytes()
     with_ids = vocablib.with_sentinels(proto, 100)
@@ -381,7 +383,7 @@ def test_sentinels_encode_as_t5_and_round_trip(toy_dir, tmp_path):
 
 
 def test_vocab_from_replaces_the_problems_vocabulary_and_regenerates(toy_dir, tmp_path):
-    from t2tcli.data import vocab as vocablib
+    from t2tcli.data.vocabulary import vocab as vocablib
 
     other = tmp_path / "other.model"
     other.write_bytes(vocablib.with_sentinels((toy_dir / "vocab.toy.model").read_bytes(), 10))

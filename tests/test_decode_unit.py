@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from t2tcli.data.vocab import EOS_ID, PAD_ID
+from t2tcli.data.vocabulary.vocab import EOS_ID, PAD_ID
 from t2tcli.decode import batching, settings
 from t2tcli.decode import lines as decode_lines
 from t2tcli.decode.stats import Stats

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from t2tcli.data.vocab import EOS_ID
+from t2tcli.data.vocabulary.vocab import EOS_ID
 from t2tcli.errors import UserError
 from t2tcli.evaluate import evaluation, following, results
 

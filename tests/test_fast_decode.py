@@ -11,7 +11,7 @@ import pytest
 from toy_model import SAVE_EVERY, toy_model  # noqa: F401  (session fixture)
 
 from t2tcli.compat import tf
-from t2tcli.data.vocab import EOS_ID, Vocabulary
+from t2tcli.data.vocabulary.vocab import EOS_ID, Vocabulary
 from t2tcli.decode import fast, fast_kernels, fast_top_k, fast_weights, search, tf_predict
 from t2tcli.decode.settings import DecodeSettings
 from t2tcli.errors import UserError

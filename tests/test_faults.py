@@ -134,7 +134,7 @@ def test_resuming_with_another_vocabulary_is_refused_and_changes_nothing(model_c
     model_dir, data_dir = model_copy
     other = tmp_path / "other"
     shutil.copytree(data_dir, other)
-    from t2tcli.data import vocab
+    from t2tcli.data.vocabulary import vocab
 
     proto = (other / "vocab.toy.model").read_bytes()
     same_size = vocab.with_sentinels(vocab.without_sentinels(proto)[0], 0)
@@ -303,8 +303,8 @@ def test_killed_datagen_reruns_to_the_same_bytes(tmp_path):
     # Pass 1 writes the spool before the vocabulary exists; pass 2 appends encoded rows to
     # the shards' buckets (closing them flushes what is buffered), and writes shards from
     # them. The third run finds the vocabulary written and goes straight to the buckets.
-    spooling = (".*.work/*.spool", ["t2tcli.data.spool:Spool:append", "t2tcli.data.spool:Spool:close"])
-    buckets = ["t2tcli.data.shards:SplitBuckets:add", "t2tcli.data.shards:SplitBuckets:close"]
+    spooling = (".*.work/*.spool", ["t2tcli.data.datagen.spool:Spool:append", "t2tcli.data.datagen.spool:Spool:close"])
+    buckets = ["t2tcli.data.datagen.shards:SplitBuckets:add", "t2tcli.data.datagen.shards:SplitBuckets:close"]
     for pattern, targets in (spooling, (".*.work/*.bucket*", buckets), (".*.work/*.bucket*", buckets)):
         args = ["--problem=qp_all", f"--data_dir={killed}"]
         assert _kill_self_after("t2t-datagen", str(killed / pattern), targets, *args) == -signal.SIGKILL

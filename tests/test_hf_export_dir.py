@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from t2tcli import registry
-from t2tcli.data.vocab import trained_model
+from t2tcli.data.vocabulary.vocab import trained_model
 from t2tcli.errors import UserError
 from t2tcli.interop import hf_t5
 from t2tcli.model.weight_names import Architecture, mesh_shapes

@@ -20,7 +20,7 @@ from toy_model import toy_model  # noqa: F401  (session fixture)
 
 from t2tcli import registry
 from t2tcli.compat import tf
-from t2tcli.data.vocab import EOS_ID
+from t2tcli.data.vocabulary.vocab import EOS_ID
 from t2tcli.decode import tf_predict
 from t2tcli.errors import UserError
 from t2tcli.interop import hf_t5

@@ -177,8 +177,8 @@ def gzip_of_one_long_line(path, mebibytes: int) -> None:
 
 
 def test_a_gzip_that_inflates_past_its_bound_is_one_line(tmp_path, monkeypatch):
-    from t2tcli.data.source_base import ReadOptions
-    from t2tcli.data.text_source import TextSource
+    from t2tcli.data.sources.source_base import ReadOptions
+    from t2tcli.data.sources.text_source import TextSource
 
     monkeypatch.setattr(text_files, "INFLATION_FLOOR_BYTES", 4 << 20)
     bomb = tmp_path / "bomb.txt.gz"
@@ -198,8 +198,8 @@ def test_a_gzip_that_inflates_past_its_bound_is_one_line(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("kind", ["text", "csv", "jsonl"])
 def test_a_fifo_among_the_inputs_is_refused_without_opening_it(tmp_path, kind):
-    from t2tcli.data.file_sources import CsvSource, JsonlSource
-    from t2tcli.data.text_source import TextSource
+    from t2tcli.data.sources.file_sources import CsvSource, JsonlSource
+    from t2tcli.data.sources.text_source import TextSource
 
     fifo = tmp_path / f"f.{'txt' if kind == 'text' else kind}"
     os.mkfifo(fifo)
@@ -228,8 +228,8 @@ def test_a_fifo_among_the_inputs_is_refused_without_opening_it(tmp_path, kind):
 
 
 def test_a_jsonl_record_past_its_bound_is_one_line(tmp_path, monkeypatch):
-    from t2tcli.data import file_sources
-    from t2tcli.data.source_base import ReadOptions
+    from t2tcli.data.sources import file_sources
+    from t2tcli.data.sources.source_base import ReadOptions
 
     monkeypatch.setattr(file_sources, "MAX_JSONL_LINE_BYTES", 1000)
     path = tmp_path / "r.jsonl"

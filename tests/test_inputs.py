@@ -7,7 +7,7 @@ from test_train_data import MIXTURE, PROBLEMS, make_data_dir
 
 from t2tcli import registry
 from t2tcli.compat import tf
-from t2tcli.data import inputs
+from t2tcli.data.input import inputs
 from t2tcli.errors import UserError
 
 
@@ -126,7 +126,7 @@ def test_missing_split_is_a_clear_error(data):
 def test_heavy_truncation_warns_with_the_length_that_fits(tmp_path, monkeypatch):
     """Above a few percent cut, a WARNING names datagen's length percentiles and the
     --hparams value that fits p99."""
-    from t2tcli.data import datagen
+    from t2tcli.data.datagen import run as datagen
 
     datagen.generate(registry.problem("copy_sequence"), datagen.Options(data_dir=str(tmp_path)))
     warnings: list[str] = []

@@ -95,7 +95,7 @@ def test_the_layer_rule_sees_an_upward_import(tmp_path):
     planted.write_text("def f():\n    from t2tcli.train import trainer\n")
     assert "t2tcli.train.trainer" in _imports(planted)
     layer = _layers(_modules())
-    assert LAYERS.index(layer["t2tcli.train.trainer"]) > LAYERS.index(layer["t2tcli.data.vocab"])
+    assert LAYERS.index(layer["t2tcli.train.trainer"]) > LAYERS.index(layer["t2tcli.data.vocabulary.vocab"])
 
 
 def test_a_top_level_module_is_on_the_layer_of_what_it_imports(tmp_path):
@@ -138,40 +138,70 @@ def _claim(docstring: str) -> dict[str, set[str] | None] | None:
     return claim
 
 
-def _short(module: str) -> str:
-    """How an "Imports:" line names a module: 't2tcli.data.layout' -> 'layout' (under data),
-    't2tcli.registry' -> 'registry', 't2tcli.builtin.problems' -> 'builtin.problems'."""
+def _short(module: str, package: str = "") -> str:
+    """How an "Imports:" line names a module: by its path inside its layer ('t2tcli.data.layout'
+    -> 'layout', 't2tcli.data.vocabulary.vocab' -> 'vocabulary.vocab'), or inside the importer's
+    own sub-package `package` ('vocab' from t2tcli.data.vocabulary); a module outside the layers
+    by its path inside t2tcli ('t2tcli.registry' -> 'registry', 't2tcli.builtin.problems' ->
+    'builtin.problems')."""
     parts = module.split(".")[1:]
-    return ".".join(parts[1:] if parts and parts[0] in LAYERS else parts)
+    if not parts or parts[0] not in LAYERS:
+        return ".".join(parts)
+    own = package.split(".")[1:]
+    if len(own) > 1 and parts[: len(own)] == own:
+        return ".".join(parts[len(own) :])
+    return ".".join(parts[1:])
 
 
-def _real(name: str, modules: dict[str, Path], layer: dict[str, str]) -> dict[str, set[str]]:
-    """{layer: the modules of it that `name` imports}, itself left out."""
+def _package(name: str, modules: dict[str, Path]) -> str:
+    """The package a module is in: itself for an __init__."""
+    return name if modules[name].name == "__init__.py" else name.rpartition(".")[0]
+
+
+def _real(name: str, modules: dict[str, Path], layer: dict[str, str], package: str = "") -> dict[str, set[str]]:
+    """{layer: the modules of it that `name` imports, named as from `package`}, itself left out."""
     real: dict[str, set[str]] = {}
     for target in _imported_modules(modules[name], modules, name):
         if target != name and target in layer:
-            real.setdefault(layer[target], set()).add(_short(target))
+            real.setdefault(layer[target], set()).add(_short(target, package))
+    return real
+
+
+def _subpackage_real(name: str, modules: dict[str, Path], layer: dict[str, str]) -> dict[str, set[str]]:
+    """{layer: what the modules of sub-package `name` import from outside it}, a module of
+    their own layer named by its sub-package ('vocabulary') or, at the layer's top, itself."""
+    real: dict[str, set[str]] = {}
+    for module in modules:
+        if module.startswith(name + "."):
+            for target in _imported_modules(modules[module], modules, module):
+                if target in layer and target != name and not target.startswith(name + "."):
+                    real.setdefault(layer[target], set()).add(_short(target).split(".")[0])
     return real
 
 
 def _drift(name: str, modules: dict[str, Path], layer: dict[str, str]) -> str | None:
     """How the module's "Imports:" line differs from its imports (None: it does not, or has none).
     A layer's __init__ states the rule: every layer below, and the modules it names of one
-    are those the layer's modules import of it."""
+    are those the layer's modules import of it. A sub-package's __init__ (t2tcli.data.datagen)
+    states what its modules import from outside it, its own layer's by sub-package."""
     claim = _claim(ast.get_docstring(ast.parse(modules[name].read_text())) or "")
     if claim is None:
         return None
-    if modules[name].name == "__init__.py" and _declared_layer(name) == name.rsplit(".", 1)[-1]:
+    is_init = modules[name].name == "__init__.py"
+    if is_init and _declared_layer(name) == name.rsplit(".", 1)[-1]:
         below = LAYERS[: LAYERS.index(layer[name])]
         if list(claim) != below:
             return f"says its layer imports {list(claim)}, the rule is {below}"
         real: dict[str, set[str]] = {}
         for module in modules:
             if module.startswith(name + "."):
-                for each, names in _real(module, modules, layer).items():
+                for each, names in _real(module, modules, layer, name).items():
                     real.setdefault(each, set()).update(names)
     else:
-        real = _real(name, modules, layer)
+        if is_init and _declared_layer(name):
+            real = _subpackage_real(name, modules, layer)
+        else:
+            real = _real(name, modules, layer, _package(name, modules))
         if set(claim) != set(real):
             return f"says it imports {sorted(claim, key=LAYERS.index)}, imports {sorted(real, key=LAYERS.index)}"
     for each, names in claim.items():
@@ -187,21 +217,69 @@ def test_what_a_docstring_says_a_module_imports_is_what_it_imports():
     assert not drifted, "\n".join(drifted)
 
 
+_VOCAB = "from t2tcli.data.vocabulary import vocab\n"
+_PLAN = "from t2tcli.data.datagen import plan\n"
+
+
 @pytest.mark.parametrize(
-    "docstring, imports, drifted",
+    "module, docstring, imports, drifted",
     [
-        ("Imports: core, data (layout).", "from t2tcli.errors import UserError\nfrom t2tcli.data import layout", False),
-        ("Imports: core, data (layout).", "from t2tcli.data import layout, vocab\n", True),
-        ("Imports: core and io.", "from t2tcli.errors import UserError\n", True),
-        ("Imports: nothing of t2tcli.", "from t2tcli.io import fs\n", True),
+        (
+            "t2tcli.data.planted",
+            "Imports: core, data (layout).",
+            "from t2tcli.errors import UserError\nfrom t2tcli.data import layout",
+            False,
+        ),
+        ("t2tcli.data.planted", "Imports: core, data (layout).", "from t2tcli.data import layout\n" + _VOCAB, True),
+        ("t2tcli.data.planted", "Imports: core and io.", "from t2tcli.errors import UserError\n", True),
+        ("t2tcli.data.planted", "Imports: nothing of t2tcli.", "from t2tcli.io import fs\n", True),
+        # A sub-package's module names its own sub-package's modules bare, the rest of its layer by path.
+        ("t2tcli.data.datagen.planted", "Imports: data (plan and vocabulary.vocab).", _PLAN + _VOCAB, False),
+        ("t2tcli.data.datagen.planted", "Imports: data (datagen.plan and vocabulary.vocab).", _PLAN + _VOCAB, True),
+        ("t2tcli.data.datagen.planted", "Imports: data (plan and vocab).", _PLAN + _VOCAB, True),
+        ("t2tcli.data.planted", "Imports: data (vocabulary.vocab).", _VOCAB, False),
+        ("t2tcli.data.planted", "Imports: data (vocab).", _VOCAB, True),
     ],
 )
-def test_the_imports_check_sees_a_drifted_line(tmp_path, docstring, imports, drifted):
+def test_the_imports_check_sees_a_drifted_line(tmp_path, module, docstring, imports, drifted):
     modules = _modules()
     planted = tmp_path / "planted.py"
     planted.write_text(f'"""{docstring}"""\n{imports}')
-    modules["t2tcli.data.planted"] = planted
+    modules[module] = planted
+    assert (_drift(module, modules, _layers(modules)) is not None) is drifted
+
+
+@pytest.mark.parametrize(
+    "docstring, drifted",
+    [
+        ("Imports: core and data (layout and vocabulary).", False),
+        ("Imports: core and data.", False),
+        ("Imports: core and data (layout).", True),  # vocabulary left out
+        ("Imports: core and data (layout, planted and vocabulary).", True),  # its own modules are not outside it
+        ("Imports: core, io and data (layout and vocabulary).", True),  # no module of it imports io
+    ],
+)
+def test_the_imports_check_reads_a_subpackage_init_as_what_its_modules_import(tmp_path, docstring, drifted):
+    modules = _modules()
+    (tmp_path / "__init__.py").write_text(f'"""{docstring}"""\n')
+    (tmp_path / "member.py").write_text("from t2tcli.errors import UserError\nfrom t2tcli.data import layout\n")
+    (tmp_path / "other.py").write_text("from t2tcli.data.planted import member\n" + _VOCAB)
+    modules["t2tcli.data.planted"] = tmp_path / "__init__.py"
+    modules["t2tcli.data.planted.member"] = tmp_path / "member.py"
+    modules["t2tcli.data.planted.other"] = tmp_path / "other.py"
     assert (_drift("t2tcli.data.planted", modules, _layers(modules)) is not None) is drifted
+
+
+def test_every_subpackage_of_a_layer_says_what_it_imports():
+    modules = _modules()
+    silent = [
+        name
+        for name, path in modules.items()
+        if path.name == "__init__.py"
+        and _declared_layer(name)
+        and _claim(ast.get_docstring(ast.parse(path.read_text())) or "") is None
+    ]
+    assert not silent, f"no 'Imports:' line in {silent}"
 
 
 def test_no_module_is_longer_than_one_reader_takes_in():

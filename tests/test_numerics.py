@@ -320,7 +320,7 @@ def test_fused_token_loss_is_mesh_tensorflows_loss_with_its_gradient():
 
 def _model_graph_ops(hp, mode, tmp_path, **decode) -> list:
     """The ops of the graph model_fn builds for `mode`."""
-    from t2tcli.data import inputs
+    from t2tcli.data.input import inputs
 
     est = tf_predict.build_estimator(str(tmp_path), model_config.build(hp, 40), decode)
     batch = inputs.batch_size(hp)

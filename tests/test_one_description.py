@@ -15,13 +15,14 @@ import pytest
 from conftest import REPO, run_binary
 
 from t2tcli import registry
-from t2tcli.data import datagen, preprocessing
-from t2tcli.data.vocab import Vocabulary
+from t2tcli.data.datagen import run as datagen
+from t2tcli.data.sources import preprocessing
+from t2tcli.data.vocabulary.vocab import Vocabulary
 
 USER_PROBLEMS = '''
 from t2tcli.data.problem import Text2TextProblem, VocabSpec
 from t2tcli.registry import register_problem
-from t2tcli.data.sources import CsvSource
+from t2tcli.sources import CsvSource
 
 
 @register_problem("quote_category")
@@ -180,7 +181,7 @@ def _encodes_as_datagen(task_name: str, data: Path, tmp_dir: str | None) -> int:
     from test_datagen import read_examples
 
     from t2tcli.data.layout import data_files
-    from t2tcli.data.vocab import EOS_ID
+    from t2tcli.data.vocabulary.vocab import EOS_ID
 
     task = registry.problem(task_name)
     options = datagen.Options(data_dir=str(data), tmp_dir=tmp_dir)

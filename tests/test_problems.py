@@ -10,9 +10,9 @@ import tensorflow_datasets as tfds
 from test_datagen import read_examples, run, write_quora
 
 from t2tcli import registry
-from t2tcli.data import columns, preprocessing, text
 from t2tcli.data.layout import data_files, read_meta
-from t2tcli.data.vocab import Vocabulary
+from t2tcli.data.sources import columns, preprocessing, text
+from t2tcli.data.vocabulary.vocab import Vocabulary
 from t2tcli.errors import UserError
 
 

@@ -31,7 +31,8 @@ from gcs_server import GcsServer, GcsStore, closed_port_url, gcs_server
 from remote_server import FileStore, S3Store, free_port, s3_env, s3_server
 
 from t2tcli import registry
-from t2tcli.data import datagen, layout
+from t2tcli.data import layout
+from t2tcli.data.datagen import run as datagen
 from t2tcli.errors import UserError
 from t2tcli.io import fs, preflight
 

@@ -29,8 +29,10 @@ from conftest import run_binary
 from test_faults import assert_fails_in_one_line
 
 from t2tcli import registry
-from t2tcli.data import datagen, layout, shards
-from t2tcli.data.spool import Spool, spool_chunks
+from t2tcli.data import layout
+from t2tcli.data.datagen import run as datagen
+from t2tcli.data.datagen import shards
+from t2tcli.data.datagen.spool import Spool, spool_chunks
 from t2tcli.errors import UserError
 from t2tcli.io import scratch
 
@@ -266,7 +268,7 @@ class Shipped(type(registry.problem("copy_sequence"))):
 
 def test_a_worker_imports_only_the_code_the_launcher_shipped(shared, tmp_path, monkeypatch):
     pytest.importorskip("apache_beam")
-    from t2tcli.data import beam_pipeline
+    from t2tcli.data.datagen import beam_pipeline
 
     monkeypatch.setattr(tempfile, "tempdir", str(shared))
     name = f"shipped_{uuid.uuid4().hex[:8]}"
@@ -326,9 +328,9 @@ def test_a_full_disk_leaves_no_work_directory(full_disk):
 
 
 def test_the_beam_summary_is_json_read_with_types(tmp_path):
-    from t2tcli.data import beam_summary
-    from t2tcli.data.stages import SourceReport
-    from t2tcli.data.stats import LengthHistogram
+    from t2tcli.data.datagen import beam_summary
+    from t2tcli.data.datagen.stages import SourceReport
+    from t2tcli.data.datagen.stats import LengthHistogram
 
     lengths = LengthHistogram()
     lengths.add(np.array([3, 3, 70]))
@@ -380,7 +382,7 @@ def test_buckets_opened_before_one_that_is_refused_are_closed(tmp_path, monkeypa
 def test_a_work_directory_that_cannot_be_removed_does_not_hide_the_failure(tmp_path, monkeypatch):
     """The failure that stopped the run is the line the user sees; the refusal to remove its
     work directory, which came after, is only logged."""
-    from t2tcli.data import local_runner
+    from t2tcli.data.datagen import local_runner
 
     remove_dir = scratch.remove_dir
     failed = []

@@ -11,10 +11,10 @@ import pytest
 from conftest import REPO, run_binary
 
 from t2tcli.compat import tf
-from t2tcli.data import corruption
+from t2tcli.data.input import corruption
 from t2tcli.data.objectives import IidDenoising, PrefixLM, Room, SpanCorruption
-from t2tcli.data.source_base import ReadOptions
-from t2tcli.data.text_source import TextSource
+from t2tcli.data.sources.source_base import ReadOptions
+from t2tcli.data.sources.text_source import TextSource
 from t2tcli.errors import UserError
 
 VOCAB, SENTINELS = 1000, 100
@@ -199,7 +199,7 @@ def test_span_corruption_from_tmp_dir_trains_evaluates_and_decodes(tmp_path):
     assert made_data.returncode == 0, made_data.stderr[-2000:]
     meta = json.loads((data / "span_corruption.meta.json").read_text())
     assert meta["rows_read"] == 400, "both files, the .gz read directly"
-    from t2tcli.data.vocab import sentinel_count
+    from t2tcli.data.vocabulary.vocab import sentinel_count
 
     assert sentinel_count((data / "vocab.text.model").read_bytes()) == 100
     args = [f"--data_dir={data}", f"--model_dir={model}", *TINY]
@@ -388,7 +388,7 @@ def test_a_run_refused_at_its_checks_writes_nothing_and_the_suggested_rerun_is_a
 def test_pretraining_text_leaves_out_another_problems_dev_texts(tmp_path):
     """--leave_out_dev_of: texts of the fine-tuning problem's dev split (its whitespace aside)
     are not in the pretraining data, in any split; every other text is."""
-    from t2tcli.data.vocab import Vocabulary
+    from t2tcli.data.vocabulary.vocab import Vocabulary
 
     lines = verses(120)
     raw, usr, data = tmp_path / "raw", tmp_path / "usr", tmp_path / "data"

@@ -1,7 +1,7 @@
 """The TFRecord framing datagen writes without TensorFlow must be TensorFlow's, byte for byte."""
 
 from t2tcli.compat import tf
-from t2tcli.data.shards import tfrecord_bytes
+from t2tcli.data.datagen.shards import tfrecord_bytes
 
 
 def test_tfrecord_bytes_match_tensorflow_writer(tmp_path):

@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from t2tcli.data.sources import CsvSource, JsonlSource, ReadOptions, TsvSource, raw_dir
 from t2tcli.errors import UserError
+from t2tcli.sources import CsvSource, JsonlSource, ReadOptions, TsvSource, raw_dir
 
 
 def read_all(source, chunk_rows: int = 1000):

@@ -14,7 +14,7 @@ from t2t_user_code import CUSTOM_MODEL, VERSE, WEATHER, write_usr_dir
 from test_cli import assert_one_line_error
 
 from t2tcli import registry
-from t2tcli.data.source_base import ReadOptions
+from t2tcli.data.sources.source_base import ReadOptions
 from t2tcli.errors import UserError
 from t2tcli.t2t_compat import problem_adapter
 

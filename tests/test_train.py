@@ -188,7 +188,7 @@ def test_tiny_model_learns_the_toy_problem(data, tmp_path):
     (chance is about 3%). Seeded, with room below the runs seen: an unseeded run ended
     at 92% where earlier ones had passed a 95% bar, and its decodes were right for the
     model it had trained."""
-    from t2tcli.data import inputs
+    from t2tcli.data.input import inputs
     from t2tcli.model import run_records
 
     data_dir, _ = data

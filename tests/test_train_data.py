@@ -16,7 +16,7 @@ import numpy as np
 
 from t2tcli import registry
 from t2tcli.compat import tf
-from t2tcli.data.vocab import EOS_ID, train_vocabulary
+from t2tcli.data.vocabulary.vocab import EOS_ID, train_vocabulary
 
 VOCAB_NAME = "t2ttest"
 VOCAB_SIZE = 40

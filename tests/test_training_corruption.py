@@ -16,8 +16,8 @@ import pytest
 
 from t2tcli import registry
 from t2tcli.compat import tf
-from t2tcli.data import inputs
-from t2tcli.data.vocab import EOS_ID, Vocabulary, sentinel_count, train_vocabulary
+from t2tcli.data.input import inputs
+from t2tcli.data.vocabulary.vocab import EOS_ID, Vocabulary, sentinel_count, train_vocabulary
 
 PROBLEM = "t2tguard_dense_spans"
 DENSITY = 0.5  # far from the default 0.15, so a default used instead shows

@@ -248,8 +248,8 @@ def test_outputs_never_write_through_a_planted_temporary_name(tmp_path):
     import numpy as np
 
     from t2tcli import registry
-    from t2tcli.data import shards
-    from t2tcli.data.packed_encoder import Spans
+    from t2tcli.data.datagen import shards
+    from t2tcli.data.vocabulary.packed_encoder import Spans
     from t2tcli.hparams import HParams
     from t2tcli.io import atomic, text_files
     from t2tcli.model import run_records
@@ -262,7 +262,7 @@ def test_outputs_never_write_through_a_planted_temporary_name(tmp_path):
     for out in outputs:
         for planted in (out.with_name(f"{out.name}.tmp{os.getpid()}"), out.with_name(f".{out.name}.tmp{os.getpid()}")):
             planted.symlink_to(victim)
-    from t2tcli.data import vocab
+    from t2tcli.data.vocabulary import vocab
 
     proto = vocab.trained_model([f"w{i} x{i % 7}" for i in range(200)], str(tmp_path / "v.model"), 40)
     info = run_records.RunInfo(problem="copy_sequence", hparams_set="mtf_transformer_tiny", data_dir="")

@@ -65,7 +65,7 @@ def main() -> None:
     if not FLAGS.dry_run:  # a dry run builds the job offline, touching no store
         preflight.check_output_dir(FLAGS.data_dir, "data_dir")
     problem = registry.problem(FLAGS.problem)
-    from t2tcli.data import datagen
+    from t2tcli.data.datagen import run as datagen
 
     options = datagen.Options(
         data_dir=FLAGS.data_dir,
@@ -80,7 +80,7 @@ def main() -> None:
         leave_out_dev_of=tuple(FLAGS.leave_out_dev_of),
     )
     if FLAGS.beam_runner:
-        from t2tcli.data import beam_runner
+        from t2tcli.data.datagen import beam_runner
 
         lines = beam_runner.generate(
             problem, options, FLAGS.beam_runner, FLAGS.beam_options, FLAGS.usr_dir, FLAGS.dry_run

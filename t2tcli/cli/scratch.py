@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from absl import logging
 
-from t2tcli.data.options import Options, split_sources
+from t2tcli.data.datagen.options import Options, split_sources
 from t2tcli.errors import UserError
 from t2tcli.io import fs
 

@@ -103,7 +103,7 @@ def _generate_data() -> None:
     data_dir is left as it is)."""
     common.require("problem", "data_dir")
     from t2tcli import registry
-    from t2tcli.data import datagen
+    from t2tcli.data.datagen import run as datagen
 
     problem = registry.problem(FLAGS.problem)
     preflight.check_output_dir(FLAGS.data_dir, "data_dir")

@@ -10,7 +10,7 @@ evaluation corrupts the dev split with a fixed seed so checkpoints compare.
 Noise spans become T5's sentinels, taken from the end of the vocabulary:
 <extra_id_0> is the last id, <extra_id_1> the one before, and so on. This module holds
 what a Problem declares and the lengths it implies, without TensorFlow (the registry
-imports it); t2tcli.data.corruption turns each objective into tensor ops, so the
+imports it); t2tcli.data.input.corruption turns each objective into tensor ops, so the
 dependence runs one way. Imports: core.
 """
 
@@ -40,7 +40,7 @@ class Room:
 @dataclasses.dataclass(frozen=True)
 class Objective:
     """How a piece of text becomes an example. Subclasses set `name` and the lengths;
-    t2tcli.data.corruption holds each one's ops."""
+    t2tcli.data.input.corruption holds each one's ops."""
 
     name: ClassVar[str] = ""
 

@@ -75,9 +75,9 @@ class Text2TextProblem(Problem):
     max_skipped_fraction: ClassVar[float] = 0.01
     # The record fields a t2t-decode line holds, tab-separated, in this order. None: the one
     # field `preprocess` builds `inputs` from, found by calling it on a probe record (see
-    # t2tcli.data.preprocessing); a preprocess that reads several must name them here.
+    # t2tcli.data.sources.preprocessing); a preprocess that reads several must name them here.
     decode_fields: ClassVar[tuple[str, ...] | None] = None
-    # True: datagen may call `preprocess` with whole columns at once (t2tcli.data.columns),
+    # True: datagen may call `preprocess` with whole columns at once (t2tcli.data.sources.columns),
     # checked against record-by-record results on each run's first rows; it then runs at C
     # speed. Only for a preprocess written with str methods, `+` and t2tcli.text's helpers.
     columnwise: ClassVar[bool] = False
@@ -89,7 +89,7 @@ class Text2TextProblem(Problem):
         return [(self, 1.0)]
 
     def source(self, tmp_dir: str | None) -> Any:
-        """Where raw records come from: a `t2tcli.data.sources.Source`, or a dict of them by split.
+        """Where raw records come from: a `t2tcli.sources.Source`, or a dict of them by split.
 
         A single source (or one under "train" with no "dev" beside it) is split into
         train and dev by a hash of each row's key, `dev_fraction` going to dev; "test"
@@ -121,7 +121,7 @@ class SelfSupervisedProblem(Text2TextProblem):
 
     Datagen stores each record's text tokenized, once; the training input concatenates
     the texts, cuts the stream into pieces and corrupts each piece anew every epoch
-    (t2tcli.data.corruption). The vocabulary gets T5's 100 sentinels, so a model
+    (t2tcli.data.input.corruption). The vocabulary gets T5's 100 sentinels, so a model
     pretrained here can be fine-tuned on a supervised problem generated with
     `t2t-datagen --vocab_from=<this vocabulary>`. t2t-decode feeds a line to the model as
     it is (sentinels and all); t2t-eval corrupts the dev split with a fixed seed.
@@ -130,7 +130,7 @@ class SelfSupervisedProblem(Text2TextProblem):
     objective: ClassVar[Objective | None] = SpanCorruption()
     text_field: ClassVar[str] = "text"
     # Problems (e.g. the one a model pretrained here is fine-tuned on) whose dev and test texts
-    # this text leaves out, so they stay unseen (t2tcli.data.leave_out; also t2t-datagen --leave_out_dev_of).
+    # this text leaves out, so they stay unseen (t2tcli.data.datagen.leave_out; also t2t-datagen --leave_out_dev_of).
     leave_out_dev_of: ClassVar[tuple[str, ...]] = ()
     vocab = VocabSpec(name="text", size=8000, extra_ids=100)
     metrics = ("token_accuracy",)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from t2tcli.data.vocab import EOS_ID, PAD_ID
+from t2tcli.data.vocabulary.vocab import EOS_ID, PAD_ID
 
 Features = dict[str, np.ndarray]
 # predict(batches, feature_shapes) -> one dict per row ({"outputs": ids, "scores": float}).

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from absl import logging
 
-from t2tcli.data.vocab import EOS_ID, PAD_ID, Vocabulary
+from t2tcli.data.vocabulary.vocab import EOS_ID, PAD_ID, Vocabulary
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.io import atomic, fs

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 import numpy as np
 from absl import logging
 
-from t2tcli.data.vocab import EOS_ID, PAD_ID
+from t2tcli.data.vocabulary.vocab import EOS_ID, PAD_ID
 from t2tcli.decode.batching import SORT_WINDOW_BATCHES, Batcher, PredictFn, Row, fit
 from t2tcli.decode.stats import Stats
 from t2tcli.errors import UserError
@@ -47,7 +47,7 @@ def input_formatter(problem: Any, raw: bool) -> Callable[[str], str]:
             f"problem '{problem.name}' is a mixture: pass --problem=<one of {names}> to format inputs as that "
             "problem does, or --raw_inputs to feed lines as they are"
         )
-    from t2tcli.data.preprocessing import DecodeLines
+    from t2tcli.data.sources.preprocessing import DecodeLines
 
     return DecodeLines(problem)
 

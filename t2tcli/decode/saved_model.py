@@ -21,7 +21,7 @@ from typing import Any
 from absl import logging
 
 from t2tcli.compat import tf
-from t2tcli.data.vocab import EOS_ID
+from t2tcli.data.vocabulary.vocab import EOS_ID
 from t2tcli.decode import fast, memory_bound, search
 from t2tcli.decode.settings import DecodeSettings
 from t2tcli.errors import UserError

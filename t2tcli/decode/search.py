@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from t2tcli.compat import tf
-from t2tcli.data.vocab import EOS_ID
+from t2tcli.data.vocabulary.vocab import EOS_ID
 from t2tcli.decode.fast import NEG_INF, Encoded, encode
 from t2tcli.decode.fast_step import Caches, Stepper
 from t2tcli.decode.fast_top_k import logits_blocks, top_log_probs

@@ -26,7 +26,7 @@ from absl import logging
 
 from t2tcli.data import layout
 from t2tcli.data import problem as problem_lib
-from t2tcli.data.vocab import EOS_ID
+from t2tcli.data.vocabulary.vocab import EOS_ID
 from t2tcli.decode.batching import fit
 from t2tcli.errors import UserError
 from t2tcli.evaluate import metrics
@@ -165,7 +165,7 @@ def corrupted_examples(
     seed training's own evaluation uses (`inputs.EVAL_SEED`): the first `limit` examples
     (0: all), reading only as many texts as they take."""
     from t2tcli.compat import tf
-    from t2tcli.data import corruption, inputs
+    from t2tcli.data.input import corruption, inputs
 
     records = tf.data.TFRecordDataset(layout.data_files(data_dir, task.name, split))
     spec = {"targets": tf.io.VarLenFeature(tf.int64)}

@@ -21,9 +21,11 @@ import numpy as np
 from absl import logging
 
 from t2tcli import registry
-from t2tcli.data import hf_vocab, vocab
-from t2tcli.data.hf_vocab import CONFIG, SPIECE, TOKENIZER_CONFIG
-from t2tcli.data.hf_vocab import is_model_dir as is_model_dir  # the directory test is data's: callers ask here
+from t2tcli.data.vocabulary import hf_vocab, vocab
+from t2tcli.data.vocabulary.hf_vocab import CONFIG, SPIECE, TOKENIZER_CONFIG
+from t2tcli.data.vocabulary.hf_vocab import (
+    is_model_dir as is_model_dir,  # the directory test is data's: callers ask here
+)
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.interop import export_files

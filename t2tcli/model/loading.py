@@ -14,7 +14,7 @@ from absl import logging
 
 from t2tcli import registry
 from t2tcli.data.problem import Problem
-from t2tcli.data.vocab import Vocabulary
+from t2tcli.data.vocabulary.vocab import Vocabulary
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.io import fs

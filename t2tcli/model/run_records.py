@@ -55,7 +55,7 @@ def absolute_usr_dirs(usr_dirs: list[str]) -> list[str]:
 def save(model_dir: str, info: RunInfo, hparams: HParams, vocabulary_proto: bytes) -> None:
     """Records the run in model_dir: hparams, run description and vocabulary, each file
     complete or absent."""
-    from t2tcli.data.vocab import model_files
+    from t2tcli.data.vocabulary.vocab import model_files
 
     run = json.dumps(dataclasses.asdict(info), indent=2, sort_keys=True) + "\n"
     files = {

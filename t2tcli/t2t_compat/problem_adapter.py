@@ -27,7 +27,7 @@ from absl import logging
 
 from t2tcli.data.objectives import PrefixLM
 from t2tcli.data.problem import SelfSupervisedProblem, Text2TextProblem, VocabSpec
-from t2tcli.data.source_base import Chunk, ReadOptions, Source
+from t2tcli.data.sources.source_base import Chunk, ReadOptions, Source
 from t2tcli.errors import UserError
 from t2tcli.t2t_compat.tensor2tensor.data_generators import text_problems
 from t2tcli.t2t_compat.tensor2tensor.data_generators.problem import DatasetSplit

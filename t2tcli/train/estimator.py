@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from t2tcli.compat import tf
-from t2tcli.data import inputs
+from t2tcli.data.input import inputs
 from t2tcli.errors import UserError
 from t2tcli.model import gin_bindings, xla_logs
 from t2tcli.model import mesh as meshlib

@@ -17,7 +17,7 @@ from absl import logging
 
 from t2tcli import interrupts
 from t2tcli.compat import tf
-from t2tcli.data import inputs
+from t2tcli.data.input import inputs
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.io import fs

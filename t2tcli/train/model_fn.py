@@ -8,7 +8,7 @@ needs them; the caller pads the last batch to the full batch size):
 
 * TRAIN / EVAL features: `inputs`, `targets` int32 [batch, length] (ids ending in
   EOS=1, 0-padded); optionally packed, with `inputs_segmentation`,
-  `inputs_position`, `targets_segmentation`, `targets_position` (see t2tcli.data.inputs).
+  `inputs_position`, `targets_segmentation`, `targets_position` (see t2tcli.data.input.inputs).
   EVAL's `loss` is the token-weighted mean cross-entropy of the batch (no label
   smoothing, no z-loss); metrics `token_accuracy`, `xent` (token-weighted over the
   whole eval set) and `perplexity` = exp(xent).

@@ -19,7 +19,8 @@ from absl import logging
 
 from t2tcli import registry
 from t2tcli.compat import tf
-from t2tcli.data import inputs, layout
+from t2tcli.data import layout
+from t2tcli.data.input import inputs
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.interop import hf_t5

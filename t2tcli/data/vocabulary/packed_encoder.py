@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from absl import logging
 
-from t2tcli.data.vocab import Vocabulary
+from t2tcli.data.vocabulary.vocab import Vocabulary
 
 VERIFY_TEXTS = 2000
 VERIFY_SAMPLE = 64

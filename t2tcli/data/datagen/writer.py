@@ -2,8 +2,8 @@
 
 `encoded_blocks` encodes, and `finish_task` puts every shard in place and writes the meta
 file: the local `ShardWriter` and the Beam pipeline both use them, which is what keeps
-their outputs identical. Imports: io and data (layout, meta, options, packed_encoder,
-problem, shards, stages, stats and vocab).
+their outputs identical. Imports: io and data (layout, meta, options, problem,
+shards, stages, stats, vocabulary.packed_encoder and vocabulary.vocab).
 """
 
 from __future__ import annotations
@@ -13,14 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from t2tcli.data import layout, shards
-from t2tcli.data.meta import build_meta, split_entry, write_meta
-from t2tcli.data.options import Options, num_shards
-from t2tcli.data.packed_encoder import PackedTextEncoder
+from t2tcli.data import layout
+from t2tcli.data.datagen import shards
+from t2tcli.data.datagen.meta import build_meta, split_entry, write_meta
+from t2tcli.data.datagen.options import Options, num_shards
+from t2tcli.data.datagen.stages import ReadTotals
+from t2tcli.data.datagen.stats import LengthHistogram
 from t2tcli.data.problem import Text2TextProblem
-from t2tcli.data.stages import ReadTotals
-from t2tcli.data.stats import LengthHistogram
-from t2tcli.data.vocab import Vocabulary
+from t2tcli.data.vocabulary.packed_encoder import PackedTextEncoder
+from t2tcli.data.vocabulary.vocab import Vocabulary
 from t2tcli.io import fs
 
 # Rows encoded and serialized at a time, whatever --chunk_rows is: a batch's arrays hold

@@ -20,7 +20,7 @@ from typing import IO
 import numpy as np
 
 from t2tcli.data import layout
-from t2tcli.data.stages import ReadTotals
+from t2tcli.data.datagen.stages import ReadTotals
 from t2tcli.errors import UserError
 from t2tcli.io import scratch
 

@@ -6,7 +6,7 @@ sequence ends in EOS, truncates to the hparams' sequence lengths (keeping the EO
 packs several examples into one row with segment ids and positions (training default),
 pads to static shapes (mtf and TPUs need them), batches with a fixed batch size and
 prefetches. Shards are found through `layout`. Imports: core and data
-(corruption, layout, objectives, registry and vocab); and mesh-tensorflow's dataset code.
+(corruption, layout, objectives, registry and vocabulary.vocab); and mesh-tensorflow's dataset code.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from absl import logging
 
 from t2tcli import registry
 from t2tcli.compat import tf
-from t2tcli.data import corruption, layout
+from t2tcli.data import layout
+from t2tcli.data.input import corruption
 from t2tcli.data.objectives import Room
-from t2tcli.data.vocab import EOS_ID, Vocabulary, sentinel_count
+from t2tcli.data.vocabulary.vocab import EOS_ID, Vocabulary, sentinel_count
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 

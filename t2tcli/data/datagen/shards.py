@@ -5,7 +5,7 @@ before "targets"): several times faster than building protos per row, and the by
 depend only on the ids, so identical input gives byte-identical shards. A whole batch
 is serialized and framed at once: the header bytes of an Example depend only on the
 sizes of its two id lists, so they are built once per distinct pair of sizes and the
-records are assembled by one numpy gather (see `t2tcli.data.packed_encoder.Spans`); the
+records are assembled by one numpy gather (see `t2tcli.data.vocabulary.packed_encoder.Spans`); the
 CRC of each record is the only per-row call.
 
 Each split's records are first appended, already framed, to one bucket file per shard
@@ -14,7 +14,7 @@ seeded RNG for the train split, and written as a TFRecord under a temporary name
 is renamed when complete. Memory is bounded by the size of one shard, not of the data
 set. Buckets are the local run's own scratch files, named by `layout`, made and read back
 through `t2tcli.io.scratch` (no symlink followed, no FIFO read).
-Imports: io and data (layout, packed_encoder and vocab).
+Imports: io and data (layout, vocabulary.packed_encoder and vocabulary.vocab).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import google_crc32c
 import numpy as np
 
 from t2tcli.data import layout
-from t2tcli.data.packed_encoder import Spans, interleave, pack_ids, varint
-from t2tcli.data.vocab import EOS_ID
+from t2tcli.data.vocabulary.packed_encoder import Spans, interleave, pack_ids, varint
+from t2tcli.data.vocabulary.vocab import EOS_ID
 from t2tcli.io import atomic, scratch
 
 _EOS = varint(EOS_ID)
@@ -54,7 +54,7 @@ def _entry_prefix(key: bytes, values_bytes: int) -> bytes:
 
 
 class ExampleEncoder:
-    """Packed id bytes (see t2tcli.data.packed_encoder) -> TFRecord records of `tf.train.Example`s."""
+    """Packed id bytes (see t2tcli.data.vocabulary.packed_encoder) -> TFRecord records of `tf.train.Example`s."""
 
     def __init__(self) -> None:
         # (inputs bytes, targets bytes), EOS included -> (bytes before the inputs, bytes between inputs and targets)

@@ -5,7 +5,7 @@ A component is skipped when its meta file matches a fingerprint of everything it
 depend on (`source_fingerprint`) and the vocabulary; the vocabulary is remade when it is
 missing, differs from its source or is described otherwise. The local and Beam runners
 make the same decision here and hold the same locks. Imports: core, io and data
-(layout, options, problem, vocab and vocab_sources).
+(layout, options, problem, vocab_sources and vocabulary.vocab).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import os
 import sys
 
 from t2tcli.data import layout
-from t2tcli.data.options import Options, num_shards, split_sources
+from t2tcli.data.datagen.options import Options, num_shards, split_sources
+from t2tcli.data.datagen.vocab_sources import differs, vocab_description, vocabulary_source
 from t2tcli.data.problem import Problem, Text2TextProblem
-from t2tcli.data.vocab import sentinel_count
-from t2tcli.data.vocab_sources import differs, vocab_description, vocabulary_source
+from t2tcli.data.vocabulary.vocab import sentinel_count
 from t2tcli.errors import UserError
 from t2tcli.io import fs, lock
 

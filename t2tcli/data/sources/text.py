@@ -1,6 +1,6 @@
 """Text helpers for a problem's `preprocess`, for one record's strings or whole columns.
 
-Each takes a `str` (t2t-decode's line, one record) or a `t2tcli.data.columns.Column` (a
+Each takes a `str` (t2t-decode's line, one record) or a `t2tcli.data.sources.columns.Column` (a
 datagen chunk) and returns the same kind, so one preprocess serves both:
 
     def preprocess(self, r):
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from t2tcli.data.columns import Column
+from t2tcli.data.sources.columns import Column
 from t2tcli.errors import UserError
 
 

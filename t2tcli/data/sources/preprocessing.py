@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 from absl import logging
 
-from t2tcli.data import columns
+from t2tcli.data.sources import columns
 from t2tcli.errors import UserError
 from t2tcli.io import text_files
 

@@ -19,11 +19,12 @@ This module is the entry point the CLI and tests call; the concerns live beside 
 
 from __future__ import annotations
 
-from t2tcli.data import layout, local_runner
-from t2tcli.data.options import Options
-from t2tcli.data.plan import holding, plan, remove_outputs
+from t2tcli.data import layout
+from t2tcli.data.datagen import local_runner
+from t2tcli.data.datagen.options import Options
+from t2tcli.data.datagen.plan import holding, plan, remove_outputs
+from t2tcli.data.datagen.stages import split_records, tuned_for_batches
 from t2tcli.data.problem import Problem
-from t2tcli.data.stages import split_records, tuned_for_batches
 from t2tcli.io import scratch
 
 __all__ = ["Options", "generate", "split_records"]

@@ -7,7 +7,7 @@ dev and test records are read as datagen splits them, every text of theirs (each
 field, and the inputs and targets made of them) is hashed after collapsing whitespace,
 and a document of the self-supervised source with the same hash is left out, in every
 split, by both runners (they are not counted in the meta file's rows_read; a log line
-counts them). Imports: core and data (options, plan, problem, registry, source_base and stages).
+counts them). Imports: core and data (options, plan, problem, registry, sources.source_base and stages).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import pandas as pd
 from absl import logging
 
 from t2tcli import registry
-from t2tcli.data.options import Options, split_sources
+from t2tcli.data.datagen.options import Options, split_sources
 from t2tcli.data.problem import Text2TextProblem
-from t2tcli.data.source_base import Chunk, ReadOptions, Source
+from t2tcli.data.sources.source_base import Chunk, ReadOptions, Source
 from t2tcli.errors import UserError
 
 # The splits whose texts are kept out: what a fine-tuned model is measured on.
@@ -41,7 +41,7 @@ def text_hashes(texts: Iterable[str]) -> np.ndarray:
 
 def held_out_hashes(names: Sequence[str], options: Options) -> np.ndarray:
     """The sorted hashes of every text of the dev and test splits of problems `names`."""
-    from t2tcli.data.stages import split_chunks
+    from t2tcli.data.datagen.stages import split_chunks
 
     key = (tuple(names), options.tmp_dir)
     if key in _HELD_OUT:
@@ -111,7 +111,7 @@ class LeavingOut(Source):
 
     def fingerprint(self) -> str:
         """Changes with the inner source and with whatever changes the held-out problems' splits."""
-        from t2tcli.data.plan import code_fingerprint
+        from t2tcli.data.datagen.plan import code_fingerprint
 
         others: dict[str, Any] = {}
         for name in self.names:

@@ -3,7 +3,7 @@ Face directory, or training on datagen's sample; and how that is described in me
 so a change of source remakes it.
 
 Both runners decide and make the vocabulary through here. Imports: core, io and data
-(hf_vocab, options, problem, stats and vocab).
+(options, problem, stats, vocabulary.hf_vocab and vocabulary.vocab).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import dataclasses
 
 from absl import logging
 
-from t2tcli.data import hf_vocab
-from t2tcli.data.options import Options
+from t2tcli.data.datagen.options import Options
+from t2tcli.data.datagen.stats import VocabSample
 from t2tcli.data.problem import Problem
-from t2tcli.data.stats import VocabSample
-from t2tcli.data.vocab import check_layout, trained_model, with_sentinels, write_model
+from t2tcli.data.vocabulary import hf_vocab
+from t2tcli.data.vocabulary.vocab import check_layout, trained_model, with_sentinels, write_model
 from t2tcli.errors import UserError
 from t2tcli.io import fs
 

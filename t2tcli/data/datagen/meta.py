@@ -13,11 +13,11 @@ import os
 from typing import Any
 
 from t2tcli.data import layout
-from t2tcli.data.options import Options
+from t2tcli.data.datagen.options import Options
+from t2tcli.data.datagen.stages import ReadTotals
+from t2tcli.data.datagen.stats import LengthHistogram
+from t2tcli.data.datagen.vocab_sources import vocab_description
 from t2tcli.data.problem import Text2TextProblem
-from t2tcli.data.stages import ReadTotals
-from t2tcli.data.stats import LengthHistogram
-from t2tcli.data.vocab_sources import vocab_description
 from t2tcli.io import atomic, fs
 
 

@@ -21,16 +21,17 @@ from typing import Any
 from absl import logging
 
 from t2tcli import registry
-from t2tcli.data import beam_pipeline, beam_summary, layout
-from t2tcli.data.beam_pipeline import BeamJob
-from t2tcli.data.beam_summary import TaskStats, TrainedVocab, UnitReport, WrittenShard
-from t2tcli.data.meta import summary_line
-from t2tcli.data.options import Options, num_shards, split_sources
-from t2tcli.data.plan import Plan, holding, plan, remove_outputs
+from t2tcli.data import layout
+from t2tcli.data.datagen import beam_pipeline, beam_summary
+from t2tcli.data.datagen.beam_pipeline import BeamJob
+from t2tcli.data.datagen.beam_summary import TaskStats, TrainedVocab, UnitReport, WrittenShard
+from t2tcli.data.datagen.meta import summary_line
+from t2tcli.data.datagen.options import Options, num_shards, split_sources
+from t2tcli.data.datagen.plan import Plan, holding, plan, remove_outputs
+from t2tcli.data.datagen.stages import ReadTotals, SourceReport, check_skipped, require_train
+from t2tcli.data.datagen.writer import finish_task
 from t2tcli.data.problem import Problem
-from t2tcli.data.stages import ReadTotals, SourceReport, check_skipped, require_train
-from t2tcli.data.vocab import Vocabulary, write_model
-from t2tcli.data.writer import finish_task
+from t2tcli.data.vocabulary.vocab import Vocabulary, write_model
 from t2tcli.errors import UserError
 from t2tcli.io import atomic, fs, scratch
 

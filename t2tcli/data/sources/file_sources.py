@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from t2tcli.data.source_base import Chunk, ReadOptions, Source
+from t2tcli.data.sources.source_base import Chunk, ReadOptions, Source
 from t2tcli.errors import UserError
 from t2tcli.io import fs, text_files
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 
-from t2tcli.data import vocab
+from t2tcli.data.vocabulary import vocab
 from t2tcli.errors import UserError
 from t2tcli.io import fs
 

@@ -2,7 +2,7 @@
 split, its shard counts, its read settings and progress bars.
 
 Both runners (local and Beam) derive these the same way from here. Imports: core and
-data (layout, leave_out, problem and source_base).
+data (layout, leave_out, problem and sources.source_base).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from t2tcli import progress as progress_bars
 from t2tcli.data.layout import SPLITS
 from t2tcli.data.problem import Text2TextProblem
-from t2tcli.data.source_base import ReadOptions, Source
+from t2tcli.data.sources.source_base import ReadOptions, Source
 from t2tcli.errors import UserError
 
 
@@ -30,7 +30,7 @@ class Options:
     progress: bool | None = None  # None: a bar only when stderr is a terminal
     vocab_from: str | None = None  # a SentencePiece model or HF model directory to use as the vocabulary
     vocab_extra_ids: int | None = None  # T5 sentinels to append to it (None: the problem's extra_ids)
-    # Problems whose dev and test texts a self-supervised problem's text leaves out (t2tcli.data.leave_out).
+    # Problems whose dev and test texts a self-supervised problem's text leaves out (t2tcli.data.datagen.leave_out).
     leave_out_dev_of: tuple[str, ...] = ()
 
 
@@ -43,7 +43,7 @@ def split_sources(task: Text2TextProblem, options: Options) -> dict[str, Source]
     unknown = set(sources) - set(SPLITS)
     if unknown or "train" not in sources:
         raise UserError(f"problem '{task.name}': source() splits {sorted(sources)}; expected train [, dev, test]")
-    from t2tcli.data.leave_out import leaving_out
+    from t2tcli.data.datagen.leave_out import leaving_out
 
     return leaving_out(task, sources, options)
 

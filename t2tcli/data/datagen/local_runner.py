@@ -17,15 +17,15 @@ from typing import Any
 from absl import logging
 
 from t2tcli.data import layout
-from t2tcli.data.meta import summary_line
-from t2tcli.data.options import Options, progress
-from t2tcli.data.plan import Plan
+from t2tcli.data.datagen.meta import summary_line
+from t2tcli.data.datagen.options import Options, progress
+from t2tcli.data.datagen.plan import Plan
+from t2tcli.data.datagen.spool import Spool, spool_chunks
+from t2tcli.data.datagen.stages import require_train, split_chunks
+from t2tcli.data.datagen.stats import VocabSample
+from t2tcli.data.datagen.vocab_sources import make_vocabulary
+from t2tcli.data.datagen.writer import ShardWriter
 from t2tcli.data.problem import Text2TextProblem
-from t2tcli.data.spool import Spool, spool_chunks
-from t2tcli.data.stages import require_train, split_chunks
-from t2tcli.data.stats import VocabSample
-from t2tcli.data.vocab_sources import make_vocabulary
-from t2tcli.data.writer import ShardWriter
 from t2tcli.errors import UserError
 from t2tcli.io import scratch
 

@@ -6,7 +6,7 @@ datagen's millions of rows, the library calls it once per chunk instead, with ea
 field a `Column`: a list of strings that answers the operations a preprocess uses on a
 string (`+` with strings or other columns, slicing, and the str methods that return a
 string: lower, strip, replace, ...) by applying them to every row in one C-level
-loop. The helpers of `t2tcli.data.text` accept both.
+loop. The helpers of `t2tcli.data.sources.text` accept both.
 
 Anything a Column cannot do as a string would (`if`, `len`, comparisons, f-strings,
 split) raises `NotColumnwise`, and the problem then runs record by record: slower,

@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 from absl import logging
 
-from t2tcli.data.file_sources import _FileSource, file_fingerprint, require_regular
-from t2tcli.data.source_base import ReadOptions
+from t2tcli.data.sources.file_sources import _FileSource, file_fingerprint, require_regular
+from t2tcli.data.sources.source_base import ReadOptions
 from t2tcli.errors import UserError
 from t2tcli.io import fs, text_files
 

@@ -3,7 +3,8 @@
 Both runners push every chunk through `chunk_parts`, so a problem's records become the
 same pairs, reports and split assignment locally and on Beam workers. The process tuning
 for these loops (the cyclic collector, glibc's handling of freed memory) is here too.
-Imports: core and data (options, preprocessing, problem and source_base).
+Imports: core and data (options, problem, sources.preprocessing and
+sources.source_base).
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ import numpy as np
 import pandas as pd
 from absl import logging
 
-from t2tcli.data.options import Options, progress, read_options_of, split_sources
-from t2tcli.data.preprocessing import ChunkPreprocessor
+from t2tcli.data.datagen.options import Options, progress, read_options_of, split_sources
 from t2tcli.data.problem import Text2TextProblem
-from t2tcli.data.source_base import Source
+from t2tcli.data.sources.preprocessing import ChunkPreprocessor
+from t2tcli.data.sources.source_base import Source
 from t2tcli.errors import UserError
 
 SKIPPED_LINES_REPORTED = 10

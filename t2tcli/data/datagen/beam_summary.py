@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from t2tcli.data.stages import SourceReport
-from t2tcli.data.stats import LengthHistogram
+from t2tcli.data.datagen.stages import SourceReport
+from t2tcli.data.datagen.stats import LengthHistogram
 from t2tcli.errors import UserError
 
 NAME = "summary.json"

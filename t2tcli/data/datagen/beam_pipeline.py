@@ -34,18 +34,19 @@ from typing import Any
 import numpy as np
 
 from t2tcli import registry
-from t2tcli.data import beam_summary, layout, shards
-from t2tcli.data.beam_summary import TaskStats, TrainedVocab, UnitReport, WrittenShard
-from t2tcli.data.options import Options, read_options_of, split_sources
-from t2tcli.data.packed_encoder import PackedTextEncoder, Spans
-from t2tcli.data.plan import Plan
+from t2tcli.data import layout
+from t2tcli.data.datagen import beam_summary, shards
+from t2tcli.data.datagen.beam_summary import TaskStats, TrainedVocab, UnitReport, WrittenShard
+from t2tcli.data.datagen.options import Options, read_options_of, split_sources
+from t2tcli.data.datagen.plan import Plan
+from t2tcli.data.datagen.stages import SourceReport, chunk_parts
+from t2tcli.data.datagen.stats import LengthHistogram, VocabSample
+from t2tcli.data.datagen.vocab_sources import trained_vocabulary
+from t2tcli.data.datagen.writer import encoded_blocks
 from t2tcli.data.problem import Problem, Text2TextProblem
-from t2tcli.data.source_base import ReadOptions
-from t2tcli.data.stages import SourceReport, chunk_parts
-from t2tcli.data.stats import LengthHistogram, VocabSample
-from t2tcli.data.vocab import Vocabulary
-from t2tcli.data.vocab_sources import trained_vocabulary
-from t2tcli.data.writer import encoded_blocks
+from t2tcli.data.sources.source_base import ReadOptions
+from t2tcli.data.vocabulary.packed_encoder import PackedTextEncoder, Spans
+from t2tcli.data.vocabulary.vocab import Vocabulary
 from t2tcli.errors import UserError
 from t2tcli.io import atomic, fs
 
@@ -144,7 +145,7 @@ def work_units(job: BeamJob, tasks: list[Text2TextProblem]) -> list[tuple[str, s
 
 def read_unit(job: BeamJob, element: tuple[str, str, int, Any]) -> Iterator[Part | UnitReport]:
     """Reads one source part through skip, preprocess and split: its Parts, then its report."""
-    from t2tcli.data.preprocessing import ChunkPreprocessor
+    from t2tcli.data.sources.preprocessing import ChunkPreprocessor
 
     name, source_split, index, unit = element
     task = task_of(job, name)
