@@ -19,12 +19,14 @@ imports only the layers below it (tests/test_layout.py holds the rule):
                              objectives corrupt text each epoch
                  datagen     t2t-datagen: plan, stages, spool, writer, shards, meta, and
                              its local and Beam runners
-    model      the Bitransformer's graph, hparams -> gin, mesh, the machine (hardware) with its
-               activation dtype and CPU kernel layout, weight names, checkpoints, a model_dir's
-               records and loading a trained run
+    model      the model config, worked out once per run from hparams, vocabulary and
+               machine (mesh, activation dtype, CPU kernel layout) and read by everything
+               below; the Bitransformer's graph, hparams -> gin, weight names, checkpoints,
+               a model_dir's records and loading a trained run
     interop    Hugging Face T5 directories in and out
-    train      the model_fn (TRAIN, EVAL), Estimator and RunConfig, hooks, checkpoint
-               initialisation, the trainer
+    train      the run plan (flags, records and data checked before anything is written),
+               the trainer that records the run, the loop of its steps, the model_fn
+               (TRAIN, EVAL), Estimator and RunConfig, hooks, checkpoint initialisation
     decode     decode settings, the engines (fast TF, mesh-tf, CTranslate2), search loops,
                PREDICT inside the model_fn, the SavedModel export
     evaluate   evaluation over checkpoints, metrics
