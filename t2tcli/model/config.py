@@ -39,7 +39,7 @@ class ModelConfig:
             return self
         hp = self.hparams.copy()
         hp.mesh_shape = ""
-        return dataclasses.replace(self, hparams=hp, mesh=meshlib.spec_from_hparams(hp))
+        return dataclasses.replace(self, hparams=hp, mesh=meshlib.MeshSpec([], self.mesh.layout))
 
 
 def build(hp: HParams, vocab_size: int, use_tpu: bool = False, machine: hardware.Machine | None = None) -> ModelConfig:
@@ -53,7 +53,6 @@ def build(hp: HParams, vocab_size: int, use_tpu: bool = False, machine: hardware
         known = ", ".join(weight_names.ACTIVATIONS)
         raise UserError(f"hparam ffn_activation={hp.ffn_activation!r}: use one of {known}, or gated-<one of them>")
     weight_names.Architecture.from_hparams(hp, vocab_size)
-    activation_dtype.check(hp.activation_dtype)
     machine = machine or hardware.detect(use_tpu)
     return ModelConfig(
         hparams=hp.copy(),
