@@ -71,7 +71,6 @@ class RunPlan:
 
     config: model_config.ModelConfig
     hparams_set: str
-    resumed: bool  # model_dir already holds this run
     vocabulary_proto: bytes
     step: int  # the model_dir's latest checkpoint step (0: none)
     pretrained: hf_t5.HfModel | None  # a Hugging Face --init_checkpoint
@@ -117,7 +116,7 @@ def plan(cfg: TrainConfig) -> RunPlan:
     if not resumed:
         warn_short_warmup(hp, cfg.train_steps)
     pretrained_values = init_checkpoint.check(cfg.init_checkpoint, pretrained, hp, vocab_size, step)
-    return RunPlan(config, hparams_set, resumed, proto, step, pretrained, pretrained_values)
+    return RunPlan(config, hparams_set, proto, step, pretrained, pretrained_values)
 
 
 def _apply_flags(cfg: TrainConfig, hp: HParams) -> HParams:
