@@ -215,8 +215,9 @@ class HParams:
         raise UserError(t2t_hparam_names.refusal(key) or f"unknown hparam '{key}'{did_you_mean(key, self._values)}")
 
     def share_width_among_heads(self) -> HParams:
-        """Marks a set from tensor2tensor (see `heads_share_width`); returns self."""
-        object.__setattr__(self, "heads_share_width", True)
+        """Marks a set from tensor2tensor (see `heads_share_width`); returns self. The mark
+        is the instance's class, since its own namespace holds only hparams."""
+        object.__setattr__(self, "__class__", _WidthSharedAmongHeads)
         return self
 
     def _follow_t2t_width(self, given: set[str]) -> None:
@@ -319,3 +320,9 @@ DESCRIPTIONS = {key: described for key, (_, described) in SCHEMA.items()}
 def defaults() -> HParams:
     """Every hparam with its default."""
     return HParams(**{key: default for key, (default, _) in SCHEMA.items()})
+
+
+class _WidthSharedAmongHeads(HParams):
+    """A set from tensor2tensor: an override of num_heads or d_model keeps d_kv = d_model / num_heads."""
+
+    heads_share_width = True
