@@ -75,3 +75,20 @@ def test_json_round_trip():
 def test_missing_attribute_suggests():
     with pytest.raises(AttributeError, match="did you mean 'layout'"):
         base().layuot  # noqa: B018
+
+
+def test_a_tensor2tensor_set_holds_only_hparams_and_round_trips():
+    """The mark of a tensor2tensor set (heads share the width) is no hparam: it must not reach
+    hparams.json, which is read back with the same names."""
+    import json
+
+    hp = HParams(d_model=8, num_heads=2, d_kv=4, hidden_size=8).share_width_among_heads()
+    assert "heads_share_width" not in hp.values()
+    assert HParams(**json.loads(hp.to_json())).values() == hp.values()
+    hp.parse("num_heads=4")
+    assert hp.d_kv == 2, "d_kv follows the heads in a tensor2tensor set"
+
+
+def test_an_hparam_named_after_a_method_is_one_line():
+    with pytest.raises(UserError, match="hparam name 'values' is reserved"):
+        HParams(values=1)
