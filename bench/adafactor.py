@@ -47,13 +47,13 @@ def update_time_ms(optimizer_class, shapes, rounds: int) -> float:
 
     from t2tcli import registry
     from t2tcli.compat import tf
-    from t2tcli.model import hardware, kernel_layout
-    from t2tcli.model import mesh as meshlib
+    from t2tcli.model import config as model_config
+    from t2tcli.model import graph as model_graph
 
     tf1 = tf.compat.v1
     hp = registry.hparams("t5_small")
     hp.mesh_shape, hp.layout = "", ""
-    spec = meshlib.spec_from_hparams(hp)
+    config = model_config.build(hp, T5_VOCAB)
     with tf.Graph().as_default():
         tf1.train.get_or_create_global_step()
         graph = mtf.Graph()
@@ -66,9 +66,7 @@ def update_time_ms(optimizer_class, shapes, rounds: int) -> float:
             grads.append(mtf.import_tf_tensor(mesh, grad.read_value(), shape))
         variables = graph.trainable_variables
         ops = optimizer_class(learning_rate=tf.constant(1e-6)).apply_grads(grads, variables)
-        float32_einsums = kernel_layout.emulated_einsum(hardware.detect())
-        impl = meshlib.PlacementMeshImpl(spec.mtf_shape(), spec.mtf_layout(), [""], float32_einsums)
-        lowering = mtf.Lowering(graph, {mesh: impl})
+        lowering = mtf.Lowering(graph, {mesh: model_graph.placement_mesh_impl(config, [""])})
         update = tf.group([lowering.lowered_operation(op) for op in ops])
         with tf1.Session() as sess:
             sess.run(tf1.global_variables_initializer())

@@ -25,8 +25,8 @@ sys.path.insert(0, str(REPO))
 
 from t2tcli import registry  # noqa: E402
 from t2tcli.compat import tf  # noqa: E402
-from t2tcli.model import activation_dtype, hardware, kernel_layout, projections  # noqa: E402
-from t2tcli.model import mesh as meshlib  # noqa: E402
+from t2tcli.model import activation_dtype, config, hardware, projections  # noqa: E402
+from t2tcli.model import graph as model_graph  # noqa: E402
 
 # isort: split
 import mesh_tensorflow as mtf  # noqa: E402
@@ -71,10 +71,7 @@ def build(hp, batch: int, length: int, dtype: tf.DType, joined: bool, with_query
         )
         # Each output is its own incoming gradient: nothing but the projections runs.
         grads = mtf.gradients([q, k, v], [x, params.wq, params.wk, params.wv], grad_ys=[q, k, v])
-        spec = meshlib.spec_from_hparams(hp)
-        float32_einsums = kernel_layout.emulated_einsum(hardware.detect())
-        impl = meshlib.PlacementMeshImpl(spec.mtf_shape(), spec.mtf_layout(), [""], float32_einsums)
-        lowering = mtf.Lowering(mesh_graph, {mesh: impl})
+        lowering = mtf.Lowering(mesh_graph, {mesh: model_graph.placement_mesh_impl(config.build(hp, 32128), [""])})
         fetches = [tf.reduce_sum(tf.cast(lowering.export_to_tf_tensor(g), tf.float32)) for g in grads]
         init = tf1.global_variables_initializer()
     return graph, init, fetches
