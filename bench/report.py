@@ -32,14 +32,23 @@ METHODS = {
     "writing one `tf.train.Example` a row (`bench/datagen.py`); wall clock, fresh processes.",
     "datagen_beam": "rows/s of the same generation on Beam's DirectRunner against the local run, output compared "
     "byte for byte (`bench/datagen_beam.py`).",
-    "train": "tokens/s of a t5_small training step (batch 16, lengths 128/128, vocabulary 32,128, Adafactor) "
-    "against Hugging Face T5 in PyTorch, its best row of float32 and bfloat16 autocast (`bench/train.py`).",
+    "train": "tokens/s of a training step at T5's shapes (batch 16, lengths 128/128, vocabulary 32,128, Adafactor, "
+    "the set's dropout) against Hugging Face T5 in PyTorch at its best (`torch.optim.Adafactor`; its fastest row of "
+    "float32 and bfloat16 autocast, eager and `torch.compile`) (`bench/train.py`). MFU divides the model's FLOPs by "
+    "the matmul peak the same run measured for the row's dtype.",
     "decode": "sentences/s of t5_small (random weights, batch 64, 32 output tokens a line), medians of runs in "
     "turns, against CTranslate2 and HF `generate` on the same weights (`bench/decode.py`).",
     "int8_agreement": "BLEU of CTranslate2 int8 against float32, and how many dev lines it decodes as float32 does, "
     "on a small model trained on the shipped verses (`bench/int8_agreement.py`).",
 }
 NUMBER = r"[\d,]+(?:\.\d+)?"
+# Optional fields of a row, each a column of its benchmark's table where any row has it:
+# (field, column title, what a row without it shows).
+EXTRA_COLUMNS = (
+    ("mfu", "MFU, ours / peer", "not recorded"),
+    ("peak", "matmul peak of the run, TFLOP/s", "not recorded"),
+    ("note", "note", ""),
+)
 
 
 def kind_stem(kind: str) -> str:
@@ -101,37 +110,54 @@ def parse_datagen_beam(log: str) -> list[dict]:
     return rows
 
 
-def parse_train(log: str) -> list[dict]:
-    systems = {
-        m["name"].strip(): _num(m["tokens"])
-        for m in re.finditer(rf"^(?P<name>(?:t2tcli|HF) .*?)\s+{NUMBER}\s+(?P<tokens>{NUMBER})\s+{NUMBER}%", log, re.M)
-    }
-    ours_rows = {name: t for name, t in systems.items() if name.startswith("t2tcli")}
-    peer_rows = {name: t for name, t in systems.items() if name.startswith("HF")}
+def _same_dtype(default: str, other: str) -> bool:
+    """Whether a t2tcli row of one dtype ('... float32') runs what the default ('... (auto: float32)') runs."""
+    auto = re.search(r"\(auto: (\w+)\)", default)
+    return bool(auto) and other.endswith(f" {auto[1]}")
+
+
+def _train_section(log: str) -> list[dict]:
+    """The rows of one `bench/train.py` run (one shape): ours against the peer's best row,
+    each with its MFU, and the matmul peak the run measured, which the MFU divides by."""
+    system = rf"^(?P<name>(?:t2tcli|HF) .*?)\s+{NUMBER}\s+(?P<tokens>{NUMBER})\s+(?P<mfu>{NUMBER}%|n/a)"
+    systems = {m["name"].strip(): (_num(m["tokens"]), m["mfu"]) for m in re.finditer(system, log, re.M)}
+    ours_rows = {name: t for name, (t, _) in systems.items() if name.startswith("t2tcli")}
+    peer_rows = {name: t for name, (t, _) in systems.items() if name.startswith("HF")}
     if not ours_rows or not peer_rows:
         return []
     peer = max(peer_rows, key=peer_rows.get)
     shape = re.search(r"^Model: (\S+)", log, re.M)
     case = shape[1] if shape else "t5_small"
+    peaks = re.search(r"^Measured matmul peak [^:]*: (?P<peaks>.+)$", log, re.M)
+    peak = ", ".join(re.findall(rf"(\w+ {NUMBER}) TFLOP/s", peaks["peaks"])) if peaks else None
     rows = []
     for m in re.finditer(rf"^t2tcli (?P<which>default|best) / HF T5 best tokens/s: (?P<ratio>{NUMBER})x", log, re.M):
         if m["which"] == "default":
             ours = next((name for name in ours_rows if name.startswith("t2tcli default")), None)
         else:
             ours = max(ours_rows, key=ours_rows.get)
-        if ours is None or any(row["ours"] == ours for row in rows):
-            continue  # the best row is the default's: one row says both
-        rows.append(
-            _row(
-                case,
-                ours,
-                f"{ours_rows[ours]:,.0f} tokens/s",
-                peer,
-                f"{peer_rows[peer]:,.0f} tokens/s",
-                _num(m["ratio"]),
-            )
+        if ours is None or any(row["ours"] == ours or _same_dtype(row["ours"], ours) for row in rows):
+            continue  # the best row is the default's configuration: one row says both
+        row = _row(
+            case,
+            ours,
+            f"{ours_rows[ours]:,.0f} tokens/s",
+            peer,
+            f"{peer_rows[peer]:,.0f} tokens/s",
+            _num(m["ratio"]),
         )
+        row["mfu"] = f"{systems[ours][1]} / {systems[peer][1]}"
+        if peak:
+            row["peak"] = peak
+        rows.append(row)
     return rows
+
+
+def parse_train(log: str) -> list[dict]:
+    """Rows of each run in the log: `bench/run` runs t5_small's shape, then t5_base's, into one log."""
+    starts = [m.start() for m in re.finditer(r"^Model: ", log, re.M)] or [0]
+    ends = starts[1:] + [len(log)]
+    return [row for start, end in zip(starts, ends, strict=True) for row in _train_section(log[start:end])]
 
 
 def parse_decode(log: str) -> list[dict]:
@@ -145,7 +171,12 @@ def parse_decode(log: str) -> list[dict]:
     )
     for m in re.finditer(ratio_line, log, re.M):
         key = (m["data"], m["search"])
-        peer_rate = rates.get((*key, m["peer"])) or rates.get((*key, f"{m['peer']} float32"))
+        peer = m["peer"]
+        if peer.endswith(" best"):  # the fastest of the peer's rows, named
+            family = peer.removesuffix(" best")
+            rows_of = {system: r for (*k, system), r in rates.items() if tuple(k) == key and system.startswith(family)}
+            peer = max(rows_of, key=rows_of.get, default=peer)
+        peer_rate = rates.get((*key, peer)) or rates.get((*key, f"{peer} float32"))
         ratio = _num(m["r"])
         ours_rate = rates.get((*key, m["ours"])) or (peer_rate and peer_rate * ratio)
         rows.append(
@@ -153,7 +184,7 @@ def parse_decode(log: str) -> list[dict]:
                 f"{m['data']}, {m['search']}",
                 m["ours"],
                 ours_rate and f"{ours_rate:.1f} sent/s",
-                m["peer"],
+                peer,
                 peer_rate and f"{peer_rate:.1f} sent/s",
                 ratio,
             )
@@ -251,8 +282,11 @@ def render(kinds: list[dict]) -> str:
             pairs: dict[tuple[str, str], list[dict]] = {}
             for row in bench["rows"]:
                 pairs.setdefault((row["ours"], row["peer"]), []).append(row)
+            several_cases = len({row["case"] for row in bench["rows"]}) > 1
             for (ours, peer), rows in pairs.items():
-                out.append(f"| {_title(kind['cpu_kind'])} | {name} | {ours} | {peer} | {_ratio(rows)} |")
+                cases = {row["case"] for row in rows}
+                label = f"{name} ({cases.pop()})" if several_cases and len(cases) == 1 else name
+                out.append(f"| {_title(kind['cpu_kind'])} | {label} | {ours} | {peer} | {_ratio(rows)} |")
     out += ["", "## Machines", ""]
     for kind in kinds:
         shown = ", ".join(f"{name} {version}" for name, version in kind.get("versions", {}).items())
@@ -262,15 +296,15 @@ def render(kinds: list[dict]) -> str:
         if not measured:
             continue
         out += ["", f"## {name}", "", method, ""]
-        with_notes = any("note" in row for _, bench in measured for row in bench["rows"])
-        header = "| CPU kind | case | ours | peer | ours / peer |" + (" note |" if with_notes else "")
+        extras = [column for column in EXTRA_COLUMNS if any(column[0] in r for _, b in measured for r in b["rows"])]
+        header = "| CPU kind | case | ours | peer | ours / peer |" + "".join(f" {title} |" for _, title, _ in extras)
         out += [header, "|" + "---|" * (header.count("|") - 1)]
         for kind, bench in measured:
             for row in bench["rows"]:
                 ours = row["ours"] + (f" ({row['ours_figure']})" if row.get("ours_figure") else "")
                 peer = row["peer"] + (f" ({row['peer_figure']})" if row.get("peer_figure") else "")
                 line = f"| {_title(kind['cpu_kind'])} | {row['case']} | {ours} | {peer} | {row['ratio']:.2f}x |"
-                out.append(line + (f" {row.get('note', '')} |" if with_notes else ""))
+                out.append(line + "".join(f" {row.get(key, missing)} |" for key, _, missing in extras))
         out.append("")
         for kind, bench in measured:
             note = f" {bench['note']}" if bench.get("note") else ""

@@ -150,22 +150,39 @@ def test_the_products_measured_one_at_a_time_are_the_steps_flops(dims):
 
 TRAIN_LOG = """\
 Model: t5_small {'d_model': 512}; batch 16, inputs/targets length 128/128 (4096 tokens/step), Adafactor
+Measured matmul peak (TF, 2048^2; median): bfloat16 0.098 TFLOP/s (0.091), float32 0.136 TFLOP/s (0.133)
 system                               step s   tokens/s     MFU   (best of 1 runs each, in turns)
 t2tcli default (auto: float32)        6.200        661   78.5%
 t2tcli (mesh-tf) bfloat16             6.439        700  103.8%
+t2tcli (mesh-tf) float32              6.100        671   79.8%
 HF transformers T5 float32            9.746        420   50.0%
 HF transformers T5 bf16 autocast    347.448         12    1.9%   (over 1 step: --step_budget)
 
 t2tcli default / HF T5 best tokens/s: 1.57x
 t2tcli best / HF T5 best tokens/s: 1.67x
 """
+BASE_FLOAT32 = "t2tcli (mesh-tf) float32             19.900        206   80.5%"  # the default's own configuration
+TRAIN_BASE_LOG = """\
+Model: t5_base {'d_model': 768}; batch 16, inputs/targets length 128/128 (4096 tokens/step), Adafactor
+Measured matmul peak (TF, 2048^2; median): bfloat16 0.095 TFLOP/s (0.090), float32 0.140 TFLOP/s (0.131)
+system                               step s   tokens/s     MFU   (best of 1 runs each, in turns)
+t2tcli default (auto: float32)       20.000        205   80.1%
+HF T5 float32 eager                  30.000        137   53.4%
+HF T5 float32 torch.compile          28.000        146   57.2%
+
+t2tcli default / HF T5 best tokens/s: 1.40x
+t2tcli best / HF T5 best tokens/s: 1.40x
+"""
 DECODE_LOG = """\
 data                     tokens in  search  system                              sent/s       range    tok/s
 9 random words                25.4  greedy  t2t-decode fast (TF)                  19.8   17.4-20.5
 9 random words                25.4  greedy  HF generate float32                   12.2   10.5-13.3
 9 random words                25.4  greedy  CTranslate2 float32                   21.6   19.3-22.5
+9 random words                25.4  greedy  OpenVINO default                      20.1   19.0-21.0
+9 random words                25.4  greedy  OpenVINO float32                      22.0   21.2-22.5
 9 random words, greedy: t2t-decode default / CTranslate2 float32: 1.10x
 9 random words, greedy: t2t-decode fast (TF) / HF generate: 1.63x
+9 random words, greedy: t2t-decode default / OpenVINO best: 1.08x
 9 random words, greedy: t2t-decode ctranslate2 int8, its own share of its decode time: 0.1%-0.2%
 """
 
@@ -178,12 +195,33 @@ def test_a_run_s_logs_become_rows_naming_ours_and_the_peer():
         ("t2tcli default (auto: float32)", "661 tokens/s", "HF transformers T5 float32", "420 tokens/s", 1.57),
         ("t2tcli (mesh-tf) bfloat16", "700 tokens/s", "HF transformers T5 float32", "420 tokens/s", 1.67),
     ]
+    peak = "bfloat16 0.098, float32 0.136"
+    assert [(r["mfu"], r["peak"]) for r in train] == [("78.5% / 50.0%", peak), ("103.8% / 50.0%", peak)]
     decode = report.parse_decode(DECODE_LOG)
     assert [(r["case"], r["ours"], r["peer"], r["peer_figure"], r["ratio"]) for r in decode] == [
         ("9 random words, greedy", "t2t-decode default", "CTranslate2 float32", "21.6 sent/s", 1.10),
         ("9 random words, greedy", "t2t-decode fast (TF)", "HF generate", "12.2 sent/s", 1.63),
+        ("9 random words, greedy", "t2t-decode default", "OpenVINO float32", "22.0 sent/s", 1.08),
     ]
     assert decode[1]["ours_figure"] == "19.8 sent/s"
+
+
+def test_each_shape_in_a_train_log_is_a_case_of_its_own_against_its_own_peak():
+    """`bench/run` runs t5_small's shape, then t5_base's, into one log."""
+    import report
+
+    rows = report.parse_train(TRAIN_LOG + "\n" + TRAIN_BASE_LOG.replace("  80.1%", "  80.1%\n" + BASE_FLOAT32))
+    small, base = "bfloat16 0.098, float32 0.136", "bfloat16 0.095, float32 0.140"
+    assert [(r["case"], r["ours_figure"], r["peer"], r["ratio"], r["mfu"], r["peak"]) for r in rows] == [
+        ("t5_small", "661 tokens/s", "HF transformers T5 float32", 1.57, "78.5% / 50.0%", small),
+        ("t5_small", "700 tokens/s", "HF transformers T5 float32", 1.67, "103.8% / 50.0%", small),
+        ("t5_base", "205 tokens/s", "HF T5 float32 torch.compile", 1.40, "80.1% / 57.2%", base),
+    ]
+    text = report.render([{"cpu_kind": "AVX2", "machine": "m", "benchmarks": {"train": {
+        "measured": "d", "command": "c", "rows": rows}}}])  # fmt: skip
+    assert "| ours / peer | MFU, ours / peer | matmul peak of the run, TFLOP/s |" in text
+    assert "| 1.40x | 80.1% / 57.2% | bfloat16 0.095, float32 0.140 |" in text
+    assert "| train (t5_base) | t2tcli default (auto: float32) | HF T5 float32 torch.compile | 1.40x |" in text
 
 
 def test_a_run_replaces_only_its_own_kind_and_benchmarks(tmp_path):
