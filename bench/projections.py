@@ -23,6 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from train import T5_VOCAB  # noqa: E402  # the vocabulary bench/train.py trains with
+
 from t2tcli import registry  # noqa: E402
 from t2tcli.compat import tf  # noqa: E402
 from t2tcli.model import activation_dtype, config, hardware, projections  # noqa: E402
@@ -71,7 +73,7 @@ def build(hp, batch: int, length: int, dtype: tf.DType, joined: bool, with_query
         )
         # Each output is its own incoming gradient: nothing but the projections runs.
         grads = mtf.gradients([q, k, v], [x, params.wq, params.wk, params.wv], grad_ys=[q, k, v])
-        lowering = mtf.Lowering(mesh_graph, {mesh: model_graph.placement_mesh_impl(config.build(hp, 32128), [""])})
+        lowering = mtf.Lowering(mesh_graph, {mesh: model_graph.placement_mesh_impl(config.build(hp, T5_VOCAB), [""])})
         fetches = [tf.reduce_sum(tf.cast(lowering.export_to_tf_tensor(g), tf.float32)) for g in grads]
         init = tf1.global_variables_initializer()
     return graph, init, fetches
