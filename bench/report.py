@@ -22,6 +22,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import decode
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 VERSIONED = ["tensorflow", "mesh-tensorflow", "sentencepiece", "pandas", "torch", "transformers", "ctranslate2"]
@@ -161,6 +163,20 @@ def parse_train(log: str) -> list[dict]:
     return [row for start, end in zip(starts, ends, strict=True) for row in _train_section(log[start:end])]
 
 
+def _default_rate(rates: dict, key: tuple[str, str], peer_rate: float | None, ratio: float) -> float | None:
+    """The measured rate of the engine row whose ratio to the peer is the printed one (the
+    log names the default only in its ratio lines; the printed rates are rounded, so within
+    2%); the ratio times the peer's rate where not exactly one engine row matches."""
+    if not peer_rate:
+        return None
+    matching = [
+        rates[(*key, row)]
+        for row in decode.ENGINE_ROWS.values()
+        if (*key, row) in rates and abs(rates[(*key, row)] / peer_rate / ratio - 1) <= 0.02
+    ]
+    return matching[0] if len(matching) == 1 else peer_rate * ratio
+
+
 def parse_decode(log: str) -> list[dict]:
     rates = {}
     table = rf"^(?P<data>\S.*?)\s+{NUMBER}\s+(?P<search>greedy|beam \d+)\s+(?P<system>\S.*?)\s+(?P<rate>{NUMBER})\s"
@@ -173,13 +189,17 @@ def parse_decode(log: str) -> list[dict]:
     for m in re.finditer(ratio_line, log, re.M):
         key = (m["data"], m["search"])
         peer = m["peer"]
-        if peer.endswith(" best"):  # the fastest of the peer's rows, named
+        if peer.endswith(" best"):  # the fastest of the peer's unquantised rows (decode.py's "best"), named
             family = peer.removesuffix(" best")
-            rows_of = {system: r for (*k, system), r in rates.items() if tuple(k) == key and system.startswith(family)}
+            rows_of = {
+                system: r
+                for (*k, system), r in rates.items()
+                if tuple(k) == key and system.startswith(family) and not system.endswith("int8")
+            }
             peer = max(rows_of, key=rows_of.get, default=peer)
         peer_rate = rates.get((*key, peer)) or rates.get((*key, f"{peer} float32"))
         ratio = _num(m["r"])
-        ours_rate = rates.get((*key, m["ours"])) or (peer_rate and peer_rate * ratio)
+        ours_rate = rates.get((*key, m["ours"])) or _default_rate(rates, key, peer_rate, ratio)
         rows.append(
             _row(
                 f"{m['data']}, {m['search']}",
