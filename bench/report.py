@@ -189,13 +189,8 @@ def parse_decode(log: str) -> list[dict]:
     for m in re.finditer(ratio_line, log, re.M):
         key = (m["data"], m["search"])
         peer = m["peer"]
-        if peer.endswith(" best"):  # the fastest of the peer's unquantised rows (decode.py's "best"), named
-            family = peer.removesuffix(" best")
-            rows_of = {
-                system: r
-                for (*k, system), r in rates.items()
-                if tuple(k) == key and system.startswith(family) and not system.endswith("int8")
-            }
+        if peer in decode.BEST_OF:  # the fastest of the rows decode.py's "best" is of, named
+            rows_of = {system: rates[(*key, system)] for system in decode.BEST_OF[peer] if (*key, system) in rates}
             peer = max(rows_of, key=rows_of.get, default=peer)
         peer_rate = rates.get((*key, peer)) or rates.get((*key, f"{peer} float32"))
         ratio = _num(m["r"])
