@@ -13,9 +13,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-# (kind of work, pattern on "op-name op-type"), first match wins: the scopes t2tcli's
-# model and mesh-tensorflow name their ops with.
-KINDS = (
+# (kind of work, pattern on "op-name op-type"), first match wins.
+Kinds = tuple[tuple[str, re.Pattern], ...]
+# A training step's: the scopes t2tcli's model and mesh-tensorflow name their ops with.
+KINDS: Kinds = (
     ("loss", re.compile(r"token_loss|/loss/|cross_entropy|logsumexp")),
     ("optimizer", re.compile(r"adafactor|/adam|ResourceApply|AssignSub|AssignAdd|AssignVariable", re.I)),
     ("input pipeline", re.compile(r"Iterator|input_fn")),
@@ -39,16 +40,16 @@ def _is_matmul(event: dict) -> bool:
     return "Einsum" in kind or "MatMul" in kind
 
 
-def kind_of_work(event: dict) -> str:
-    """The KINDS label of one op event, else 'other: <op type>'."""
+def kind_of_work(event: dict, kinds: Kinds = KINDS) -> str:
+    """The label of one op event among `kinds`, else 'other: <op type>'."""
     key = f"{event.get('args', {}).get('name', event.get('name', ''))} {_op(event)}"
-    for label, pattern in KINDS:
+    for label, pattern in kinds:
         if pattern.search(key):
             return label
     return f"other: {_op(event)}"
 
 
-def wall_time_breakdown(events: list[dict]) -> dict:
+def wall_time_breakdown(events: list[dict], kinds: Kinds = KINDS) -> dict:
     """Microseconds of the trace's span with some matmul running, with ops but no matmul
     (split by kind of work, each moment shared among the ops running then), and with no
     op at all."""
@@ -72,7 +73,7 @@ def wall_time_breakdown(events: list[dict]) -> dict:
                 out["matmul"] += gap
             else:
                 for other in running:
-                    label = kind_of_work(ops[other])
+                    label = kind_of_work(ops[other], kinds)
                     out["no_matmul"][label] = out["no_matmul"].get(label, 0.0) + gap / len(running)
         last = when
         if change > 0:
@@ -83,8 +84,8 @@ def wall_time_breakdown(events: list[dict]) -> dict:
     return out
 
 
-def wall_time_lines(events: list[dict], top: int = 12) -> list[str]:
-    parts = wall_time_breakdown(events)
+def wall_time_lines(events: list[dict], top: int = 12, kinds: Kinds = KINDS) -> list[str]:
+    parts = wall_time_breakdown(events, kinds)
     span = parts["span"] or 1.0
     no_matmul = sum(parts["no_matmul"].values())
     lines = [
@@ -146,6 +147,6 @@ def attention_softmax_gaps(events: list[dict]) -> list[str]:
     ]
 
 
-def report(trace: Path, events: list[dict]) -> list[str]:
+def report(trace: Path, events: list[dict], kinds: Kinds = KINDS) -> list[str]:
     """All of the above for one trace, as printed lines."""
-    return op_time_summary(trace, events) + attention_softmax_gaps(events) + wall_time_lines(events)
+    return op_time_summary(trace, events) + attention_softmax_gaps(events) + wall_time_lines(events, kinds=kinds)

@@ -69,6 +69,19 @@ def predictor(
 BATCHES_IN_FLIGHT = 2
 
 
+def fast_session_config(base: tf1.ConfigProto) -> tf1.ConfigProto:
+    """`base` (the Estimator's session config) for the fast engine's own session.
+
+    The graph is written as it should run: Grappler's rewrites lengthen every start and
+    made decoding slower, not faster (bench/decode.py), and without them a bfloat16
+    decode does not depend on how its batches are fed.
+    """
+    config = tf1.ConfigProto()
+    config.CopyFrom(base)
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    return config
+
+
 def session_predict(estimator: Any, checkpoint_path: str, in_flight: int = BATCHES_IN_FLIGHT) -> batching.PredictFn:
     """A `batching.PredictFn` running the model_fn's PREDICT graph in a session of its own,
     `in_flight` batches at a time, rows yielded in batch order.
@@ -91,13 +104,7 @@ def session_predict(estimator: Any, checkpoint_path: str, in_flight: int = BATCH
             for i in range(len(next(iter(results.values())))):
                 yield {k: v[i] for k, v in results.items()}
 
-        config = tf1.ConfigProto()
-        config.CopyFrom(estimator.config.session_config)
-        # The graph is written as it should run. Grappler's rewrites cost ~0.3 s per
-        # start and made decoding slower, not faster (bench/decode.py, 2 CPUs); without
-        # them a bfloat16 decode does not depend on how its batches are fed.
-        config.graph_options.rewrite_options.disable_meta_optimizer = True
-        with tf1.Session(graph=graph, config=config) as session:
+        with tf1.Session(graph=graph, config=fast_session_config(estimator.config.session_config)) as session:
             with checkpoints.readable(checkpoint_path):
                 saver.restore(session, checkpoint_path)
             with ThreadPoolExecutor(in_flight) as pool:

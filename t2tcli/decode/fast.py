@@ -67,8 +67,9 @@ def position_bias(table: tf.Tensor, queries: int | tf.Tensor, keys: int | tf.Ten
 
 
 def rms_norm(x: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
-    variance = tf.reduce_mean(tf.square(x), axis=-1, keepdims=True)
-    return x * tf.math.rsqrt(variance + RMS_EPSILON) * scale
+    with tf.name_scope("rms_norm"):
+        variance = tf.reduce_mean(tf.square(x), axis=-1, keepdims=True)
+        return x * tf.math.rsqrt(variance + RMS_EPSILON) * scale
 
 
 def heads(x: tf.Tensor, dims: Dims) -> tf.Tensor:
@@ -131,6 +132,11 @@ def trim_padding(ids: tf.Tensor) -> tf.Tensor:
 
 def encode(w: Weights, inputs: tf.Tensor) -> Encoded:
     """Runs the encoder on int32 [batch, length] inputs (0 = padding)."""
+    with tf.name_scope("encoder"):
+        return _encode(w, inputs)
+
+
+def _encode(w: Weights, inputs: tf.Tensor) -> Encoded:
     inputs = trim_padding(inputs)
     length = tf.shape(inputs)[1]
     nonpad = inputs > 0

@@ -99,29 +99,38 @@ class Stepper:
         `enc`: the encoder's output for these rows' inputs (`encoded`, or rows of it);
         `source`: the row of `state` each row continues (beam search)."""
         x, new_state = self.hidden(step, ids, state, enc, source)
-        return fast.output_logits(self.w, x), new_state
+        with tf.name_scope("logits"):
+            return fast.output_logits(self.w, x), new_state
 
     def hidden(
         self, step: tf.Tensor, ids: tf.Tensor, state: list[tf.Tensor], enc: Encoded, source: tf.Tensor | None = None
     ) -> tuple[tf.Tensor, list[tf.Tensor]]:
-        """(the decoder's last layer [rows, d_model], float32, new cache state): see __call__."""
+        """(the decoder's last layer [rows, d_model], float32, new cache state): see __call__.
+
+        Its ops are named by sublayer (decoder/layer_<i>/self_attention, cross_attention,
+        ffn), so a traced step says where its time goes (bench/decode_step.py)."""
         w, dims = self.w, self.w.dims
-        bias = tf.gather(self.bias, step, axis=1)[None, :, None, : step + 1]  # [1, heads, 1, step + 1]
         # The residual stream between sublayers is float32 (mesh-tf's is in the activation
         # dtype): on CPU, norms and adds over a step's few rows are several times faster
         # in float32 than in bfloat16, and no less precise. Matmuls keep the activation dtype.
         f32 = tf.float32
-        x = tf.cast(tf.gather(w.embedding, ids), f32)
         new_state = []
-        for i, (layer, scales) in enumerate(zip(w.decoder, self.norm_scales, strict=True)):
-            h = w.cast(fast.rms_norm(x, scales["self_norm"]))
-            qkv = tf.reshape(w.dense(h, layer["self"]["qkv"]), [-1, 3, dims.num_heads, dims.d_kv])
-            q, k, v = qkv[:, 0], tf.cast(qkv[:, 1], f32), qkv[:, 2]
-            keys, values = self.caches.append(state, i, k, v, source)
-            new_state += [keys, values]
-            x += tf.cast(w.dense(self._attend_self(q, keys, values, bias), layer["self"]["o"]), f32)
-            h = w.cast(fast.rms_norm(x, scales["cross_norm"]))
-            q = tf.reshape(w.dense(h, layer["cross"]["q"]), [-1, self.beams, dims.num_heads, dims.d_kv])
-            o = self._attend_encoder(tf.transpose(q, [0, 2, 1, 3]), enc, i)
-            x = fast.ffn(w, layer, x + tf.cast(w.dense(o, layer["cross"]["o"]), f32), scales["ffn_norm"])
+        with tf.name_scope("decoder"):
+            bias = tf.gather(self.bias, step, axis=1)[None, :, None, : step + 1]  # [1, heads, 1, step + 1]
+            x = tf.cast(tf.gather(w.embedding, ids), f32)
+            for i, (layer, scales) in enumerate(zip(w.decoder, self.norm_scales, strict=True)):
+                with tf.name_scope(f"layer_{i}/self_attention"):
+                    h = w.cast(fast.rms_norm(x, scales["self_norm"]))
+                    qkv = tf.reshape(w.dense(h, layer["self"]["qkv"]), [-1, 3, dims.num_heads, dims.d_kv])
+                    q, k, v = qkv[:, 0], tf.cast(qkv[:, 1], f32), qkv[:, 2]
+                    keys, values = self.caches.append(state, i, k, v, source)
+                    new_state += [keys, values]
+                    x += tf.cast(w.dense(self._attend_self(q, keys, values, bias), layer["self"]["o"]), f32)
+                with tf.name_scope(f"layer_{i}/cross_attention"):
+                    h = w.cast(fast.rms_norm(x, scales["cross_norm"]))
+                    q = tf.reshape(w.dense(h, layer["cross"]["q"]), [-1, self.beams, dims.num_heads, dims.d_kv])
+                    o = self._attend_encoder(tf.transpose(q, [0, 2, 1, 3]), enc, i)
+                    x += tf.cast(w.dense(o, layer["cross"]["o"]), f32)
+                with tf.name_scope(f"layer_{i}/ffn"):
+                    x = fast.ffn(w, layer, x, scales["ffn_norm"])
         return x, new_state

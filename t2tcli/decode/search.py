@@ -259,7 +259,8 @@ def beam_search(
         # 2k best (its hypothesis' log-probability is the same for all its tokens): no
         # [rows, vocab] log-softmax, sum or top-k over [inputs, k * vocab] is needed.
         # Ties go to the lower token id in either order.
-        top_logp, top_tokens = top_log_probs(w, x, 2 * k, blocks)  # [rows, 2k]
+        with tf.name_scope("logits"):
+            top_logp, top_tokens = top_log_probs(w, x, 2 * k, blocks)  # [rows, 2k]
         logp = tf.maximum(top_logp, neg)
         candidates = tf.reshape(beams.alive_logp[:, :, None] + tf.reshape(logp, [n, k, 2 * k]), [n, 2 * k * k])
         cand_logp, flat = tf.math.top_k(candidates, k=2 * k)  # [inputs, 2k]
