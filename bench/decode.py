@@ -60,6 +60,8 @@ sys.path.insert(0, str(REPO / "examples"))
 import openvino_peer  # noqa: E402
 from peer import usable_cores  # noqa: E402
 
+# How the ratio lines name the row engine=auto chose, for bench/report.py to read.
+DEFAULT_IS = "t2t-decode default is"
 # The row of each engine engine=auto may choose on one CPU.
 ENGINE_ROWS = {"ctranslate2": "t2t-decode ctranslate2 float32", "fast": "t2t-decode fast (TF)"}
 SUMMARY = re.compile(r"(\d+) lines .*?(\d+) output tokens in ([\d.]+) s \(([\d.]+) s start-up\)")
@@ -323,8 +325,10 @@ def ratios(results: list[dict]) -> list[str]:
             by = {r["system"]: rate(r) for r in results if r["data"] == data and r["beam"] == beam}
             search = "greedy" if beam == 1 else f"beam {beam}"
             # What engine=auto chose on this machine for this search.
-            default = by[next(r["default_system"] for r in results if r["data"] == data and r["beam"] == beam)]
+            default_system = next(r["default_system"] for r in results if r["data"] == data and r["beam"] == beam)
+            default = by[default_system]
             out += [
+                f"{data}, {search}: {DEFAULT_IS} {default_system}",
                 f"{data}, {search}: t2t-decode default / CTranslate2 float32: "
                 f"{default / by['CTranslate2 float32']:.2f}x",
                 f"{data}, {search}: t2t-decode fast (TF) / HF generate: "

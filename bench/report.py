@@ -164,9 +164,10 @@ def parse_train(log: str) -> list[dict]:
 
 
 def _default_rate(rates: dict, key: tuple[str, str], peer_rate: float | None, ratio: float) -> float | None:
-    """The measured rate of the engine row whose ratio to the peer is the printed one (the
-    log names the default only in its ratio lines; the printed rates are rounded, so within
-    2%); the ratio times the peer's rate where not exactly one engine row matches."""
+    """For a log that does not name the default's row (one written before decode.DEFAULT_IS):
+    the measured rate of the engine row whose ratio to the peer is the printed one (the
+    printed rates are rounded, so within 2%); the ratio times the peer's rate where not
+    exactly one engine row matches."""
     if not peer_rate:
         return None
     matching = [
@@ -182,6 +183,8 @@ def parse_decode(log: str) -> list[dict]:
     table = rf"^(?P<data>\S.*?)\s+{NUMBER}\s+(?P<search>greedy|beam \d+)\s+(?P<system>\S.*?)\s+(?P<rate>{NUMBER})\s"
     for m in re.finditer(table, log, re.M):
         rates[m["data"].strip(), m["search"], m["system"].strip()] = _num(m["rate"])
+    named = rf"^(?P<data>[^,\n]+), (?P<search>greedy|beam \d+): {decode.DEFAULT_IS} (?P<system>.+)$"
+    defaults = {(m["data"], m["search"]): m["system"].strip() for m in re.finditer(named, log, re.M)}
     rows = []
     ratio_line = (
         rf"^(?P<data>[^,\n]+), (?P<search>greedy|beam \d+): (?P<ours>[^:/]+?) / (?P<peer>[^:]+?): (?P<r>{NUMBER})x"
@@ -194,7 +197,8 @@ def parse_decode(log: str) -> list[dict]:
             peer = max(rows_of, key=rows_of.get, default=peer)
         peer_rate = rates.get((*key, peer)) or rates.get((*key, f"{peer} float32"))
         ratio = _num(m["r"])
-        ours_rate = rates.get((*key, m["ours"])) or _default_rate(rates, key, peer_rate, ratio)
+        ours = defaults.get(key, m["ours"]) if m["ours"] == "t2t-decode default" else m["ours"]
+        ours_rate = rates.get((*key, ours)) or _default_rate(rates, key, peer_rate, ratio)
         rows.append(
             _row(
                 f"{m['data']}, {m['search']}",

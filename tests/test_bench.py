@@ -229,6 +229,36 @@ def test_the_default_decode_row_shows_the_figure_its_engine_measured():
     ]
 
 
+def test_the_default_decode_row_is_the_one_decode_py_names():
+    """Where two engine rows lie within rounding of the printed ratio, only the row
+    bench/decode.py names as the default can tell which figure the default measured."""
+    import decode
+    import report
+
+    rates = {
+        "t2t-decode fast (TF)": 21.0,
+        "t2t-decode ctranslate2 float32": 20.8,
+        "t2t-decode ctranslate2 int8": 25.0,
+        "HF generate float32": 12.0,
+        "CTranslate2 float32": 21.3,
+        "CTranslate2 int8": 26.0,
+    }
+    results = [
+        {"data": "9 random words", "beam": 1, "system": system, "lines": 10 * rate, "decode_s": 10.0,
+         "default_system": "t2t-decode fast (TF)", "own_shares": []}
+        for system, rate in rates.items()
+    ]  # fmt: skip
+    table = [f"9 random words                25.4  greedy  {system:<36}{rate:>6.1f}" for system, rate in rates.items()]
+    lines = decode.ratios(results)
+    assert "9 random words, greedy: t2t-decode default is t2t-decode fast (TF)" in lines
+    rows = report.parse_decode("\n".join(table + lines) + "\n")
+    default = next(r for r in rows if r["ours"] == "t2t-decode default")
+    assert (default["ours_figure"], default["peer_figure"], default["ratio"]) == ("21.0 sent/s", "21.3 sent/s", 0.99)
+    unnamed = [line for line in lines if decode.DEFAULT_IS not in line]
+    inferred = report.parse_decode("\n".join(table + unnamed) + "\n")
+    assert next(r for r in inferred if r["ours"] == "t2t-decode default")["ours_figure"] == "21.1 sent/s"
+
+
 def test_each_shape_in_a_train_log_is_a_case_of_its_own_against_its_own_peak():
     """`bench/run` runs t5_small's shape, then t5_base's, into one log."""
     import report
@@ -400,3 +430,27 @@ def test_openvino_rows_get_their_ratios():
     assert "random, greedy: t2t-decode ctranslate2 int8 / OpenVINO int8: 1.50x" in lines
     without = decode.ratios([row(name, r) for name, r in rates.items() if not name.startswith("OpenVINO")])
     assert not [line for line in without if "OpenVINO" in line]
+
+
+@pytest.mark.parametrize("beam_size", [1, 2])
+def test_a_traced_decode_is_split_by_the_sublayer_each_op_sits_in(beam_size):
+    """bench/decode_step.py sorts a decode's ops by the scopes the fast engine names them
+    with: each kind it prints must hold ops of a real decode, greedy and beam."""
+    import argparse
+
+    import decode_step
+    import numpy as np
+
+    args = argparse.Namespace(
+        hparams_set="mtf_transformer_tiny",
+        batch_size=2,
+        inputs_length=5,
+        max_decode_length=3,
+        beam_size=beam_size,
+        seed=0,
+    )
+    session, inputs, fetches, _ = decode_step.build(args)
+    trace = decode_step.traced(session, fetches, {inputs: np.full([2, 5], 7, np.int32)})
+    events = [e for e in json.loads(trace)["traceEvents"] if e.get("ph") == "X"]
+    kinds = {step_trace.kind_of_work(e, decode_step.DECODE_KINDS) for e in events}
+    assert {label for label, _ in decode_step.DECODE_KINDS} <= kinds
