@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import step_trace  # noqa: E402
+from train import T5_VOCAB  # noqa: E402
 
 # Where an op of the fast engine's decode graph sits, by the scopes it names them with
 # (t2tcli.decode.fast_step, fast, search); first match wins.
@@ -50,7 +51,6 @@ DECODE_KINDS: step_trace.Kinds = (
     ("logits: cast, top-k", re.compile(r"(?:^|/)logits/")),
     ("embedding lookup", re.compile(r"/decoder/")),
 )
-T5_VOCAB = 32128
 
 
 def build(args: argparse.Namespace) -> tuple[Any, Any, dict, Any]:
