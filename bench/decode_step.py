@@ -49,7 +49,7 @@ DECODE_KINDS: step_trace.Kinds = (
     ("encoder-decoder attention: softmax, layout", re.compile(r"/cross_attention/")),
     ("FFN: activation, residual", re.compile(r"/ffn/")),
     ("logits: cast, top-k", re.compile(r"(?:^|/)logits/")),
-    ("embedding lookup", re.compile(r"/decoder/")),
+    ("decoder: embedding, position bias", re.compile(r"/decoder/")),
 )
 
 
@@ -134,7 +134,7 @@ def main() -> None:
           f" ({batches} batches in {together:.2f} s)")  # fmt: skip
 
     trace = traced(session, fetches, feed)
-    path = Path(args.trace or "decode_step_trace.json")
+    path = Path(args.trace or "the traced batch (not kept: --trace)")
     if args.trace:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(trace)
