@@ -59,6 +59,7 @@ sys.path.insert(0, str(REPO / "examples"))
 
 import openvino_peer  # noqa: E402
 from peer import usable_cores  # noqa: E402
+from train import T5_VOCAB  # noqa: E402  # the vocabulary bench/train.py trains with
 
 # How the ratio lines name the row engine=auto chose, for bench/report.py to read.
 DEFAULT_IS = "t2t-decode default is"
@@ -105,7 +106,7 @@ def build_models(work: Path, hparams_set: str) -> tuple[Path, Path]:
         d_ff=hp.d_ff,
         num_heads=hp.num_heads,
         d_kv=hp.d_kv,
-        vocab_size=32128,
+        vocab_size=T5_VOCAB,
     )
     binary("t2t-train", f"--init_checkpoint={hf_dir}", f"--model_dir={model_dir}", "--train_steps=0")
     return hf_dir, model_dir
