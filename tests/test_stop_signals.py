@@ -12,21 +12,45 @@ import time
 
 from conftest import REPO
 
-STUCK = """
-import ctypes, sys
-from t2tcli import interrupts
+# A mutex the main thread already holds, and "stuck" printed by another thread only once the main
+# thread waits on it in the kernel: a signal sent while the main thread still runs bytecode is
+# handled at once, which is not the case under test.
+MUTEX = """
+import ctypes, threading, time
 
-interrupts.install()
 libc = ctypes.CDLL(None)
 mutex = ctypes.create_string_buffer(64)  # glibc's PTHREAD_MUTEX_INITIALIZER is all zeros
 libc.pthread_mutex_lock(mutex)
-print("stuck", flush=True)
+
+def say_when_blocked(main=threading.get_native_id()):
+    wanted = hex(ctypes.addressof(mutex))  # a futex wait names the mutex as its first argument
+    try:
+        while True:
+            with open(f"/proc/self/task/{main}/syscall") as f:
+                if f.read().split()[1:2] == [wanted]:
+                    break
+            time.sleep(0.01)
+    except OSError:  # no /proc syscall file here: a margin instead
+        time.sleep(1)
+    print("stuck", flush=True)
+
+threading.Thread(target=say_when_blocked, daemon=True).start()
+"""
+
+STUCK = (
+    MUTEX
+    + """
+import sys
+from t2tcli import interrupts
+
+interrupts.install()
 if sys.argv[1] == "remote":
     with interrupts.remote_call("gs://bucket/data"):
         libc.pthread_mutex_lock(mutex)
 else:
     libc.pthread_mutex_lock(mutex)
 """
+)
 
 
 def _start(mode: str) -> subprocess.Popen:
@@ -53,7 +77,6 @@ def _finish(proc: subprocess.Popen) -> tuple[int, str]:
 
 def test_sigterm_during_a_remote_call_that_never_returns_is_one_line_and_143():
     proc = _start("remote")
-    time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     status, stderr = _finish(proc)
     assert status == 128 + signal.SIGTERM, stderr
@@ -77,26 +100,23 @@ def test_outside_a_remote_call_the_first_signal_waits_and_a_second_one_stops():
 
 def test_sigint_is_a_stop_signal_too():
     proc = _start("remote")
-    time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     status, stderr = _finish(proc)
     assert status == 128 + signal.SIGINT, stderr
     assert "stopped by SIGINT while waiting on gs://bucket/data" in stderr
 
 
-RETURNS = """
-import ctypes, sys, time
+RETURNS = (
+    MUTEX
+    + """
+import sys, time
 from t2tcli import interrupts
 
 class Timespec(ctypes.Structure):
     _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
 interrupts.install()
-libc = ctypes.CDLL(None)
-mutex = ctypes.create_string_buffer(64)
-libc.pthread_mutex_lock(mutex)
 until = time.time() + float(sys.argv[1])
-print("stuck", flush=True)
 try:
     with interrupts.remote_call("gs://bucket/data"):  # native, deaf to signals, but it returns
         libc.pthread_mutex_timedlock(mutex, ctypes.byref(Timespec(int(until), int(until % 1 * 1e9))))
@@ -106,6 +126,7 @@ except interrupts.Interrupted:
     print("cleaned up", flush=True)
     sys.exit(143)
 """
+)
 
 
 def test_two_quick_signals_taken_up_by_one_handler_call_let_the_cleanup_finish():
@@ -119,7 +140,6 @@ def test_two_quick_signals_taken_up_by_one_handler_call_let_the_cleanup_finish()
         text=True,
     )
     assert proc.stdout is not None and proc.stdout.readline() == "stuck\n"
-    time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.2)  # two deliveries, two bytes in the wakeup pipe, while Python can run no handler
     proc.send_signal(signal.SIGTERM)
@@ -151,8 +171,10 @@ def test_stop_signals_of_forked_workers_are_not_the_parents():
     assert (done.returncode, done.stdout, done.stderr) == (0, "alive\n", "")
 
 
-ANOTHER_CALL = """
-import ctypes, signal, time
+ANOTHER_CALL = (
+    MUTEX
+    + """
+import signal
 from t2tcli import interrupts
 
 class Timespec(ctypes.Structure):
@@ -165,14 +187,11 @@ def hold(path, seconds):  # native and deaf to signals, but it returns
 
 interrupts.install()
 signal.signal(signal.SIGTERM, lambda signum, frame: None)  # a handler that lets the run go on
-libc = ctypes.CDLL(None)
-mutex = ctypes.create_string_buffer(64)
-libc.pthread_mutex_lock(mutex)
-print("stuck", flush=True)
 hold("gs://bucket/a", 1)
 hold("gs://bucket/b", 3)
 print("done", flush=True)
 """
+)
 
 
 def test_only_the_remote_call_the_signal_interrupted_is_waited_on():
@@ -186,7 +205,6 @@ def test_only_the_remote_call_the_signal_interrupted_is_waited_on():
         text=True,
     )
     assert proc.stdout is not None and proc.stdout.readline() == "stuck\n"
-    time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=20)
     assert (proc.returncode, stdout, stderr) == (0, "done\n", "")
