@@ -129,11 +129,17 @@ def _start_watcher() -> None:
 
 
 def _forget_in_child() -> None:
-    """A forked child has no watcher thread, so it must not write into its parent's pipe: its
-    own stop signals (a Pool's workers get SIGTERM as the pool closes) would count as the parent's."""
+    """A forked child is a worker whose parent owns the clean stop: a Pool ends its workers with
+    SIGTERM, which must end them quietly, as it would without this module, and they have no
+    watcher thread, so they must not write into the parent's pipe either (their stop signals
+    would count as the parent's)."""
+    with contextlib.suppress(ValueError):  # forked from a thread other than the main one
+        for signum, default in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler)):
+            if getattr(signal.getsignal(signum), "__module__", None) == __name__:
+                signal.signal(signum, default)
     if _Signals.pipe is None:
         return
-    with contextlib.suppress(ValueError):  # forked from a thread other than the main one
+    with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)
     for end in _Signals.pipe:
         with contextlib.suppress(OSError):

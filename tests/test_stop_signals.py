@@ -154,13 +154,15 @@ from t2tcli import interrupts
 interrupts.install()
 with multiprocessing.get_context("fork").Pool(3) as pool:
     assert pool.map(abs, [-1, -2, -3]) == [1, 2, 3]
+    time.sleep(0.5)  # every worker waiting for a task, in Python, when the pool ends them
 time.sleep(3)  # past the deadline of any stop signal counted as this process's
 print("alive", flush=True)
 """
 
 
 def test_stop_signals_of_forked_workers_are_not_the_parents():
-    """A pool's workers get SIGTERM as it closes; the parent, never signalled, goes on."""
+    """A pool's workers get SIGTERM as it closes and end quietly, as without the handlers they
+    inherited; the parent, never signalled, goes on."""
     done = subprocess.run(
         [sys.executable, "-c", FORKS],
         env=dict(os.environ, PYTHONPATH=str(REPO)),
