@@ -9,7 +9,10 @@ written as a Hugging Face directory; every system decodes the same weights:
   model_dir made from that directory by `t2t-train --init_checkpoint=DIR --train_steps=0`,
   run as a user runs it (a subprocess on a text file; its own sentences/s, start-up out);
 * Hugging Face `generate` (float32, PyTorch) on the directory itself;
-* bare CTranslate2 (float32, int8) on `ct2-transformers-converter`'s conversion of it;
+* bare CTranslate2 (float32, int8) on `ct2-transformers-converter`'s conversion of it, in
+  both of its thread layouts: a batch to each core with batches in parallel (its throughput
+  layout: inter_threads), and one batch at a time on all cores (intra_threads); the ratio
+  lines take the faster;
 * OpenVINO through optimum-intel's `OVModelForSeq2SeqLM` on its own export of it: OpenVINO's
   default precision (bfloat16 where the CPU has it), float32, and int8-compressed weights.
   Its pins clash with ours, so it runs in a venv of its own that the benchmark builds with
@@ -67,7 +70,7 @@ DEFAULT_IS = "t2t-decode default is"
 ENGINE_ROWS = {"ctranslate2": "t2t-decode ctranslate2 float32", "fast": "t2t-decode fast (TF)"}
 SUMMARY = re.compile(r"(\d+) lines .*?(\d+) output tokens in ([\d.]+) s \(([\d.]+) s start-up\)")
 STEPS = re.compile(r"(\d+) batch(?:es)?, (\d+) decode steps")
-ENGINE_TIME = re.compile(r"([\d.]+) s of the ([\d.]+) s in the engine")
+ENGINE_TIME = re.compile(r"([\d.]+) s of the ([\d.]+) s waiting on the engine")
 # What holds this CPU's vector units back for every system measured (set them all to
 # measure an AVX2-class CPU on a newer one).
 ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
@@ -227,30 +230,47 @@ def run_hf(hf_dir: Path, batches: list[list[list[int]]], beam: int, length: int,
 
 
 def run_ct2(
-    ct2_dir: Path, batches: list[list[list[int]]], beam: int, length: int, compute_type: str, forced: bool
+    ct2_dir: Path,
+    batches: list[list[list[int]]],
+    beam: int,
+    length: int,
+    compute_type: str,
+    forced: bool,
+    parallel: bool,
 ) -> dict:
-    """Bare CTranslate2; `forced` as for run_hf."""
+    """Bare CTranslate2; `forced` as for run_hf; `parallel`: a batch to each core, all
+    batches queued at once (else one batch at a time on all cores)."""
     import ctranslate2
 
     from t2tcli.data.vocabulary.vocab import EOS_ID, PAD_ID
 
+    cores = usable_cores()
     translator = ctranslate2.Translator(
-        str(ct2_dir), device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=usable_cores()
+        str(ct2_dir),
+        device="cpu",
+        compute_type=compute_type,
+        inter_threads=cores if parallel else 1,
+        intra_threads=1 if parallel else cores,
     )
     names = token_names(ct2_dir, batches)
     unsaid = {names[PAD_ID], names[EOS_ID]}  # as run_hf counts
     started = time.monotonic()
-    lines = tokens = 0
-    for chunk in batches:
-        results = translator.translate_batch(
+    submitted = [
+        translator.translate_batch(
             [[names[i] for i in row] for row in chunk],
             beam_size=beam,
             max_decoding_length=length,
             min_decoding_length=length if forced else 0,
             max_input_length=0,
+            asynchronous=parallel,
         )
-        lines += len(chunk)
-        tokens += sum(token not in unsaid for r in results for token in r.hypotheses[0])
+        for chunk in batches
+    ]
+    lines = tokens = 0
+    for results in submitted:
+        lines += len(results)
+        done = [r.result() for r in results] if parallel else results
+        tokens += sum(token not in unsaid for r in done for token in r.hypotheses[0])
     result = {"lines": lines, "tokens": tokens, "decode_s": time.monotonic() - started}
     if forced:  # it does not say how many steps a batch ran when lines end on their own
         result["steps_per_batch"] = length
@@ -264,10 +284,16 @@ SYSTEMS = (
     "HF generate float32",
     "CTranslate2 float32",
     "CTranslate2 int8",
+    "CTranslate2 float32, a batch at a time",
+    "CTranslate2 int8, a batch at a time",
 )
 OPENVINO_SYSTEMS = ("OpenVINO default", "OpenVINO float32", "OpenVINO int8")
 # The rows a peer's "best" in the ratio lines is the fastest of (its int8 is compared with ours).
-BEST_OF = {"OpenVINO best": ("OpenVINO default", "OpenVINO float32")}
+BEST_OF = {
+    "OpenVINO best": ("OpenVINO default", "OpenVINO float32"),
+    "CTranslate2 float32 best": ("CTranslate2 float32", "CTranslate2 float32, a batch at a time"),
+    "CTranslate2 int8 best": ("CTranslate2 int8", "CTranslate2 int8, a batch at a time"),
+}
 
 
 def openvino_paths(venv: Path, hf_dir: Path, work: Path) -> tuple[dict, str]:
@@ -301,8 +327,8 @@ def measure(name: str, beam: int, src: Path, batches: list, paths: dict, args: a
         )
     if name.startswith("HF"):
         return run_hf(paths["hf_dir"], batches, beam, length, forced)
-    quantization = name.split()[-1]
-    return run_ct2(paths[quantization], batches, beam, length, quantization, forced)
+    quantization = name.split(",")[0].split()[-1]
+    return run_ct2(paths[quantization], batches, beam, length, quantization, forced, parallel="," not in name)
 
 
 def rate(result: dict) -> float:
@@ -319,7 +345,12 @@ def median_run(runs: list[dict]) -> dict:
 
 def ratios(results: list[dict]) -> list[str]:
     """The targets: the default CPU path against CTranslate2 float32, TensorFlow's fast
-    engine against HF generate, t2t-decode's CTranslate2 int8 against CTranslate2's own."""
+    engine against HF generate, t2t-decode's CTranslate2 int8 against CTranslate2's own,
+    each peer in its faster layout (BEST_OF)."""
+
+    def best(by: dict[str, float], peer: str) -> float:
+        return max(by[name] for name in BEST_OF[peer] if name in by)
+
     out = []
     for data in dict.fromkeys(r["data"] for r in results):
         for beam in dict.fromkeys(r["beam"] for r in results):
@@ -330,16 +361,17 @@ def ratios(results: list[dict]) -> list[str]:
             default = by[default_system]
             out += [
                 f"{data}, {search}: {DEFAULT_IS} {default_system}",
-                f"{data}, {search}: t2t-decode default / CTranslate2 float32: "
-                f"{default / by['CTranslate2 float32']:.2f}x",
+                f"{data}, {search}: t2t-decode default / CTranslate2 float32 best: "
+                f"{default / best(by, 'CTranslate2 float32 best'):.2f}x",
                 f"{data}, {search}: t2t-decode fast (TF) / HF generate: "
                 f"{by['t2t-decode fast (TF)'] / by['HF generate float32']:.2f}x",
-                f"{data}, {search}: t2t-decode ctranslate2 int8 / CTranslate2 int8: "
-                f"{by['t2t-decode ctranslate2 int8'] / by['CTranslate2 int8']:.2f}x",
+                f"{data}, {search}: t2t-decode ctranslate2 int8 / CTranslate2 int8 best: "
+                f"{by['t2t-decode ctranslate2 int8'] / best(by, 'CTranslate2 int8 best'):.2f}x",
             ]
-            openvino = [by[name] for name in BEST_OF["OpenVINO best"] if name in by]
-            if openvino:
-                out.append(f"{data}, {search}: t2t-decode default / OpenVINO best: {default / max(openvino):.2f}x")
+            if any(name in by for name in BEST_OF["OpenVINO best"]):
+                out.append(
+                    f"{data}, {search}: t2t-decode default / OpenVINO best: {default / best(by, 'OpenVINO best'):.2f}x"
+                )
             if "OpenVINO int8" in by:
                 out.append(
                     f"{data}, {search}: t2t-decode ctranslate2 int8 / OpenVINO int8: "
@@ -480,7 +512,7 @@ def main() -> None:
         f"{usable_cores()} cores, {cpu_kind()} CPU"
     )
     print(
-        f"{'data':<24}{'tokens in':>10}  {'search':<8}{'system':<33}{'sent/s':>9}{'range':>12}{'tok/s':>9}"
+        f"{'data':<24}{'tokens in':>10}  {'search':<8}{'system':<40}{'sent/s':>9}{'range':>12}{'tok/s':>9}"
         f"{'decode s':>10}{'steps':>7}"
     )
     for r in results:
@@ -488,7 +520,7 @@ def main() -> None:
         steps = f"{r['steps_per_batch']:>7.1f}" if "steps_per_batch" in r else f"{'-':>7}"
         spread = f"{min(r['rates']):.1f}-{max(r['rates']):.1f}"
         print(
-            f"{r['data']:<24}{r['mean_input_tokens']:>10.1f}  {search:<8}{r['system']:<33}{rate(r):>9.1f}"
+            f"{r['data']:<24}{r['mean_input_tokens']:>10.1f}  {search:<8}{r['system']:<40}{rate(r):>9.1f}"
             f"{spread:>12}"
             f"{r['tokens'] / r['decode_s']:>9.0f}{r['decode_s']:>10.2f}{steps}"
         )

@@ -432,6 +432,38 @@ def test_openvino_rows_get_their_ratios():
     assert not [line for line in without if "OpenVINO" in line]
 
 
+def test_ctranslate2_is_compared_in_its_faster_thread_layout():
+    """Each CTranslate2 ratio is against the faster of its two layouts, whichever that is,
+    and the report names that row and its figure."""
+    import decode
+    import report
+
+    rates = {
+        "t2t-decode fast (TF)": 30.0,
+        "t2t-decode ctranslate2 float32": 25.0,
+        "t2t-decode ctranslate2 int8": 24.0,
+        "HF generate float32": 10.0,
+        "CTranslate2 float32": 20.0,
+        "CTranslate2 int8": 22.0,
+        "CTranslate2 float32, a batch at a time": 25.0,
+        "CTranslate2 int8, a batch at a time": 11.0,
+    }
+    results = [
+        {"data": "9 random words", "beam": 1, "system": system, "lines": 10 * rate, "decode_s": 10.0,
+         "default_system": "t2t-decode fast (TF)", "own_shares": []}
+        for system, rate in rates.items()
+    ]  # fmt: skip
+    lines = decode.ratios(results)
+    assert "9 random words, greedy: t2t-decode default / CTranslate2 float32 best: 1.20x" in lines
+    assert "9 random words, greedy: t2t-decode ctranslate2 int8 / CTranslate2 int8 best: 1.09x" in lines
+    table = [f"9 random words                25.4  greedy  {system:<40}{rate:>6.1f}" for system, rate in rates.items()]
+    rows = report.parse_decode("\n".join(table + lines) + "\n")
+    assert [(r["peer"], r["peer_figure"]) for r in rows if r["peer"].startswith("CTranslate2")] == [
+        ("CTranslate2 float32, a batch at a time", "25.0 sent/s"),
+        ("CTranslate2 int8", "22.0 sent/s"),
+    ]
+
+
 @pytest.mark.parametrize("beam_size", [1, 2])
 def test_a_traced_decode_is_split_by_the_sublayer_each_op_sits_in(beam_size):
     """bench/decode_step.py sorts a decode's ops by the scopes the fast engine names them

@@ -109,15 +109,15 @@ def test_summary_says_how_many_rows_the_decode_steps_computed():
     assert steps_only.summary().endswith("1 batch, 7 decode steps")
 
 
-def test_summary_says_how_long_the_engine_itself_computed():
-    """An engine that says its own compute time per batch (CTranslate2's) gets it summed
-    beside the decode time, so t2t-decode's own share of it can be read off one run."""
+def test_summary_says_how_long_t2t_decode_waited_on_the_engine():
+    """An engine that says how long each batch kept t2t-decode waiting (CTranslate2's) gets
+    it summed beside the decode time, so t2t-decode's own share of it can be read off one run."""
     stats = Stats(started=0.0)
     stats.first_batch, stats.finished = 1.0, 11.0
     stats.count_batch({"decode_steps": 5, "engine_seconds": 4.25}, 2)
     stats.count_batch({"decode_steps": 3, "engine_seconds": 5.0}, 2)
-    assert stats.summary().endswith("2 batches, 8 decode steps; 9.25 s of the 10.00 s in the engine")
-    assert "in the engine" not in Stats().summary()
+    assert stats.summary().endswith("2 batches, 8 decode steps; 9.25 s of the 10.00 s waiting on the engine")
+    assert "on the engine" not in Stats().summary()
 
 
 def test_format_input_errors_name_the_line():

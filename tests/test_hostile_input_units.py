@@ -263,3 +263,7 @@ def test_a_batch_that_could_not_fit_in_memory_is_one_line():
     # The rows there are count, not the batch size asked for.
     memory_bound.check(normal.replace(batch_size=10**9), hp, 64, 128, available=need)
     assert 0 < memory_bound.available_bytes()
+    # Every batch an engine holds at once counts.
+    memory_bound.check(normal, hp, 64, 128, available=3 * need, in_flight=3)
+    with pytest.raises(UserError, match=r"^--decode_hparams: 3 batches in flight of 64 lines x beam_size=4"):
+        memory_bound.check(normal, hp, 64, 128, available=3 * need - 1, in_flight=3)

@@ -179,7 +179,10 @@ def main() -> None:
             job.targets_length = min(job.targets_length, decode_lines.bucket(longest_targets))
         logging.info("inputs padded to %d tokens (longest line: %d)", job.inputs_length, longest_inputs)
     if not FLAGS.score_file:
-        job.check_batch = lambda rows: memory_bound.check(decode_hp, model.hparams, rows, job.inputs_length)
+        in_flight = engines.batches_in_flight(model, decode_hp)
+        job.check_batch = lambda rows: memory_bound.check(
+            decode_hp, model.hparams, rows, job.inputs_length, in_flight=in_flight
+        )
     with checkpoints.reading(FLAGS.model_dir, FLAGS.checkpoint_path) as (step, checkpoint, readable):
         logging.info(
             "%s with checkpoint %s (step %d): %s",

@@ -15,6 +15,8 @@ Imports: core, io, data, model and decode (settings).
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -214,18 +216,44 @@ def converted(
     return target
 
 
+@dataclasses.dataclass
+class _Submitted:
+    """One batch handed to the Translator: what its rows need back, and its results to come."""
+
+    inputs: np.ndarray
+    targets: np.ndarray | None
+    real: list[int]  # the batch rows that hold a line (the rest are padding)
+    results: list[Any]  # CTranslate2's asynchronous results, one per real row
+    seconds: float  # spent handing it over
+
+
+def workers() -> int:
+    """Batches CTranslate2 computes side by side, one thread each: one per core this process
+    may use. At decode's batch sizes one batch's GEMMs are too small to split well across
+    cores, so a batch on each core outruns one batch on all of them (bench/decode.py's
+    CTranslate2 rows run both layouts)."""
+    # Under `taskset` or a cpuset, os.cpu_count() counts the whole machine, and that many
+    # threads would fight over a few cores.
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores)
+
+
+def batches_in_flight() -> int:
+    """Batches a Predictor holds at once: one on each worker and one queued, so a worker that
+    finishes finds the next batch waiting while the oldest batch's rows are handed back."""
+    return workers() + 1
+
+
 class Predictor:
-    """A `batching.PredictFn` on a CTranslate2 Translator."""
+    """A `batching.PredictFn` on a CTranslate2 Translator, a batch per core in flight."""
 
     def __init__(
         self, model_path: str, hp: HParams, vocab: Vocabulary, decode: DecodeSettings, quantization: str
     ) -> None:
         ct2 = module()
-        # The cores this process may use: under `taskset` or a cpuset, os.cpu_count()
-        # counts the whole machine, and that many threads would fight over a few cores.
-        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        self.in_flight = batches_in_flight()
         self.translator = ct2.Translator(
-            model_path, device="cpu", compute_type=quantization, inter_threads=1, intra_threads=threads
+            model_path, device="cpu", compute_type=quantization, inter_threads=workers(), intra_threads=1
         )
         rows = weight_names.padded_vocab_size(vocab.vocab_size, hp.vocab_divisor)
         self.tokens = tokens(vocab, rows)
@@ -241,11 +269,11 @@ class Predictor:
             return None
         return [self.tokens[i] for i in row[:n].tolist()]
 
-    def _translate(self, sources: list[list[str]]) -> list[tuple[list[int], float]]:
+    def _translate(self, sources: list[list[str]]) -> list[Any]:
         d = self.decode
         beam = d.beam_size
         sampling = d.temperature > 0
-        results = self.translator.translate_batch(
+        return self.translator.translate_batch(
             sources,
             beam_size=beam,
             length_penalty=d.alpha if beam > 1 else 0.0,
@@ -257,49 +285,61 @@ class Predictor:
             max_input_length=0,
             sampling_topk=d.top_k if sampling else 1,
             sampling_temperature=d.temperature if sampling else 1.0,
+            asynchronous=True,
         )
-        out = []
-        for result in results:
-            ids = [self.ids[t] for t in result.hypotheses[0]][: self.length]
-            out.append((ids, float(result.scores[0]) if result.scores else 0.0))
-        return out
 
-    def _score(self, sources: list[list[str]], targets: np.ndarray) -> list[float]:
+    def _score(self, sources: list[list[str]], targets: np.ndarray) -> list[Any]:
         target_tokens = []
         for row in targets:
             # CTranslate2 scores the EOS it appends itself.
             ends = np.flatnonzero(row == EOS_ID)
             n = int(ends[0]) if ends.size else int(np.count_nonzero(row))
             target_tokens.append([self.tokens[i] for i in row[:n].tolist() if i != PAD_ID])
-        results = self.translator.score_batch(sources, target_tokens, max_input_length=0)
-        return [float(sum(r.log_probs)) for r in results]
+        return self.translator.score_batch(sources, target_tokens, max_input_length=0, asynchronous=True)
+
+    def _submit(self, batch: dict[str, np.ndarray]) -> _Submitted:
+        started = time.perf_counter()
+        inputs = batch["inputs"]
+        targets = batch.get("targets")
+        sources = [self._source(row) for row in inputs]
+        real = [i for i, s in enumerate(sources) if s is not None]
+        picked = [sources[i] for i in real]
+        results = []
+        if real:
+            results = self._translate(picked) if targets is None else self._score(picked, targets[real])
+        return _Submitted(inputs, targets, real, results, time.perf_counter() - started)
+
+    def _finish(self, submitted: _Submitted) -> Iterator[dict[str, Any]]:
+        started = time.perf_counter()
+        done = [r.result() for r in submitted.results]
+        # The time this batch kept t2t-decode waiting on CTranslate2: with batches in
+        # flight, the engine's own time overlaps, and what is left is t2t-decode's work.
+        extra: dict[str, Any] = {"engine_seconds": np.float32(submitted.seconds + time.perf_counter() - started)}
+        rows = len(submitted.inputs)
+        scores = np.zeros([rows], np.float32)
+        if submitted.targets is not None:
+            outputs = submitted.targets
+            for i, result in zip(submitted.real, done, strict=True):
+                scores[i] = float(sum(result.log_probs))
+        else:
+            outputs = np.zeros([rows, self.length], np.int32)
+            steps = 0
+            for i, result in zip(submitted.real, done, strict=True):
+                ids = [self.ids[t] for t in result.hypotheses[0]][: self.length]
+                outputs[i, : len(ids)] = ids
+                scores[i] = float(result.scores[0]) if result.scores else 0.0
+                steps = max(steps, len(ids))
+            # The steps the batch's longest output took (its EOS included), as the
+            # fast engine reports the steps its loop ran.
+            extra["decode_steps"] = np.int32(steps)
+        for i in range(rows):
+            yield {"outputs": outputs[i], "scores": scores[i], **extra}
 
     def __call__(self, batches: Callable[[], Iterator[dict[str, np.ndarray]]], shapes: dict[str, tuple[int, int]]):
+        pending: collections.deque[_Submitted] = collections.deque()
         for batch in batches():
-            inputs = batch["inputs"]
-            sources = [self._source(row) for row in inputs]
-            real = [i for i, s in enumerate(sources) if s is not None]
-            outputs = np.zeros([len(inputs), self.length], np.int32)
-            scores = np.zeros([len(inputs)], np.float32)
-            picked = [sources[i] for i in real]
-            extra: dict[str, Any] = {}
-            started = time.perf_counter()
-            if "targets" in batch:
-                outputs = batch["targets"]
-                computed = self._score(picked, batch["targets"][real]) if real else []
-                extra["engine_seconds"] = np.float32(time.perf_counter() - started)
-                for i, score in zip(real, computed, strict=True):
-                    scores[i] = score
-            else:
-                translated = self._translate(picked) if real else []
-                extra["engine_seconds"] = np.float32(time.perf_counter() - started)
-                steps = 0
-                for i, (ids, score) in zip(real, translated, strict=True):
-                    outputs[i, : len(ids)] = ids
-                    scores[i] = score
-                    steps = max(steps, len(ids))
-                # The steps the batch's longest output took (its EOS included), as the
-                # fast engine reports the steps its loop ran.
-                extra["decode_steps"] = np.int32(steps)
-            for i in range(len(inputs)):
-                yield {"outputs": outputs[i], "scores": scores[i], **extra}
+            pending.append(self._submit(batch))
+            if len(pending) == self.in_flight:
+                yield from self._finish(pending.popleft())
+        while pending:
+            yield from self._finish(pending.popleft())

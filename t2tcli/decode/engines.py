@@ -41,6 +41,9 @@ def predictor(
     engine, why = settings.choose(model, decode, scoring)
     logging.info("decode engine: %s (%s)", engine, why)
     if engine == "ctranslate2":
+        reason = ct2.unsupported_reason(model.hparams, decode)
+        if reason and "length penalty" in reason:
+            logging.warning("engine=ctranslate2: %s; its penalty (score / length ** alpha) is used", reason)
         quantization = ct2.check_quantization(decode.quantization)
         from t2tcli.interop import hf_t5
 
@@ -61,6 +64,14 @@ def predictor(
     if engine == "fast":
         return session_predict(estimator, checkpoint_path)
     return estimator_predict(estimator, checkpoint_path)
+
+
+def batches_in_flight(model: LoadedModel, decode: settings.DecodeSettings, scoring: bool = False) -> int:
+    """How many batches the engine `decode` resolves to holds in memory at once."""
+    engine, _ = settings.choose(model, decode, scoring)
+    if engine == "ctranslate2":
+        return ct2.batches_in_flight()
+    return BATCHES_IN_FLIGHT if engine == "fast" else 1
 
 
 # Batches a plain-session predictor keeps running at once. Small decoding steps leave
@@ -170,7 +181,8 @@ class Decoder:
     def decode(self, checkpoint_path: str, inputs: list[list[int]]) -> list[list[int]]:
         rows = [batching.Row(i, ids) for i, ids in enumerate(inputs)]
         batch = min(self.batch_size, max(1, len(rows)))
-        memory_bound.check(self.decode_settings, self.model.hparams, batch, self.inputs_length)
+        in_flight = batches_in_flight(self.model, self.decode_settings)
+        memory_bound.check(self.decode_settings, self.model.hparams, batch, self.inputs_length, in_flight=in_flight)
         predict = predictor(self.model, self.decode_settings, checkpoint_path)
         results = batching.predict_rows(
             rows, predict, self.batch_size, self.inputs_length, batch_multiple=self.batch_multiple

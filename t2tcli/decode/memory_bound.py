@@ -56,14 +56,22 @@ def cache_bytes(settings: DecodeSettings, hp: HParams, rows: int, inputs_length:
     return hypotheses * (settings.targets_length(hp) + inputs_length) * per_token
 
 
-def check(settings: DecodeSettings, hp: HParams, rows: int, inputs_length: int, available: int | None = None) -> None:
-    """A one-line error when a batch of `rows` lines could not fit in `available` bytes
-    (default: `available_bytes()`)."""
-    need = cache_bytes(settings, hp, rows, inputs_length)
+def check(
+    settings: DecodeSettings,
+    hp: HParams,
+    rows: int,
+    inputs_length: int,
+    available: int | None = None,
+    in_flight: int = 1,
+) -> None:
+    """A one-line error when `in_flight` batches of `rows` lines, decoding at once, could
+    not fit in `available` bytes (default: `available_bytes()`)."""
+    need = in_flight * cache_bytes(settings, hp, rows, inputs_length)
     have = available_bytes() if available is None else available
     if need > have:
+        batches = f"{in_flight} batches in flight" if in_flight > 1 else "a batch"
         raise UserError(
-            f"--decode_hparams: a batch of {rows} lines x beam_size={settings.beam_size}, decoding "
+            f"--decode_hparams: {batches} of {rows} lines x beam_size={settings.beam_size}, decoding "
             f"{settings.targets_length(hp)} tokens from {inputs_length}, keeps at least {need >> 20} MiB of "
             f"attention caches, more than the {have >> 20} MiB this process may use; lower batch_size, beam_size "
             "or max_decode_length"

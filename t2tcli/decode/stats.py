@@ -30,9 +30,8 @@ class Stats:
     # the engine does not say).
     row_steps: int | None = None
     full_row_steps: int | None = None
-    # Seconds the engine itself computed, summed over batches (None: the engine does not
-    # say; one whose batches overlap could not): the rest of the decode time is
-    # t2t-decode's own work around it.
+    # Seconds t2t-decode waited on the engine, summed over batches (None: the engine does
+    # not say): the rest of the decode time is t2t-decode's own work around it.
     engine_seconds: float | None = None
     started: float = dataclasses.field(default_factory=time.monotonic)
     first_batch: float | None = None
@@ -50,7 +49,7 @@ class Stats:
             # What finished lines leaving the loop saved.
             steps += f", {self.row_steps / self.full_row_steps:.0%} of their rows computed"
         if self.engine_seconds is not None and busy > 0:
-            steps += f"; {self.engine_seconds:.2f} s of the {busy:.2f} s in the engine"
+            steps += f"; {self.engine_seconds:.2f} s of the {busy:.2f} s waiting on the engine"
         return (
             f"{self.lines} lines ({self.empty} empty), {self.output_tokens} output tokens in {total:.1f} s "
             f"({total - busy:.1f} s start-up): {rate:.1f} sentences/s, {tok_rate:.1f} tokens/s; "
