@@ -229,6 +229,20 @@ def test_the_default_decode_row_shows_the_figure_its_engine_measured():
     ]
 
 
+def _decode_results(rates: dict[str, float]) -> list[dict]:
+    """bench/decode.py's results for one greedy case, a system per rate (sentences/s)."""
+    return [
+        {"data": "9 random words", "beam": 1, "system": system, "lines": 10 * rate, "decode_s": 10.0,
+         "default_system": "t2t-decode fast (TF)", "own_shares": []}
+        for system, rate in rates.items()
+    ]  # fmt: skip
+
+
+def _decode_table(rates: dict[str, float]) -> list[str]:
+    """The table lines bench/decode.py prints for those results."""
+    return [f"9 random words                25.4  greedy  {system:<40}{rate:>6.1f}" for system, rate in rates.items()]
+
+
 def test_the_default_decode_row_is_the_one_decode_py_names():
     """Where two engine rows lie within rounding of the printed ratio, only the row
     bench/decode.py names as the default can tell which figure the default measured."""
@@ -243,13 +257,8 @@ def test_the_default_decode_row_is_the_one_decode_py_names():
         "CTranslate2 float32": 21.3,
         "CTranslate2 int8": 26.0,
     }
-    results = [
-        {"data": "9 random words", "beam": 1, "system": system, "lines": 10 * rate, "decode_s": 10.0,
-         "default_system": "t2t-decode fast (TF)", "own_shares": []}
-        for system, rate in rates.items()
-    ]  # fmt: skip
-    table = [f"9 random words                25.4  greedy  {system:<36}{rate:>6.1f}" for system, rate in rates.items()]
-    lines = decode.ratios(results)
+    table = _decode_table(rates)
+    lines = decode.ratios(_decode_results(rates))
     assert "9 random words, greedy: t2t-decode default is t2t-decode fast (TF)" in lines
     rows = report.parse_decode("\n".join(table + lines) + "\n")
     default = next(r for r in rows if r["ours"] == "t2t-decode default")
@@ -448,16 +457,10 @@ def test_ctranslate2_is_compared_in_its_faster_thread_layout():
         "CTranslate2 float32, a batch at a time": 25.0,
         "CTranslate2 int8, a batch at a time": 11.0,
     }
-    results = [
-        {"data": "9 random words", "beam": 1, "system": system, "lines": 10 * rate, "decode_s": 10.0,
-         "default_system": "t2t-decode fast (TF)", "own_shares": []}
-        for system, rate in rates.items()
-    ]  # fmt: skip
-    lines = decode.ratios(results)
+    lines = decode.ratios(_decode_results(rates))
     assert "9 random words, greedy: t2t-decode default / CTranslate2 float32 best: 1.20x" in lines
     assert "9 random words, greedy: t2t-decode ctranslate2 int8 / CTranslate2 int8 best: 1.09x" in lines
-    table = [f"9 random words                25.4  greedy  {system:<40}{rate:>6.1f}" for system, rate in rates.items()]
-    rows = report.parse_decode("\n".join(table + lines) + "\n")
+    rows = report.parse_decode("\n".join(_decode_table(rates) + lines) + "\n")
     assert [(r["peer"], r["peer_figure"]) for r in rows if r["peer"].startswith("CTranslate2")] == [
         ("CTranslate2 float32, a batch at a time", "25.0 sent/s"),
         ("CTranslate2 int8", "22.0 sent/s"),
