@@ -179,7 +179,7 @@ def main() -> None:
             job.targets_length = min(job.targets_length, decode_lines.bucket(longest_targets))
         logging.info("inputs padded to %d tokens (longest line: %d)", job.inputs_length, longest_inputs)
     if not FLAGS.score_file:
-        in_flight = engines.batches_in_flight(model, decode_hp)
+        in_flight = engines.batches_in_flight(model, decode_hp, read_ahead=not FLAGS.decode_interactive)
         job.check_batch = lambda rows: memory_bound.check(
             decode_hp, model.hparams, rows, job.inputs_length, in_flight=in_flight
         )
@@ -193,7 +193,9 @@ def main() -> None:
         )
         # Decoded text needs no scores; skipping them saves a teacher-forced pass per batch.
         settings = decode_hp.replace(compute_scores=bool(FLAGS.score_file) or decode_hp.write_beam_scores)
-        predict = engines.predictor(model, settings, readable, scoring=bool(FLAGS.score_file))
+        predict = engines.predictor(
+            model, settings, readable, scoring=bool(FLAGS.score_file), read_ahead=not FLAGS.decode_interactive
+        )
         lines = records(text_files.read_lines(source, source_flag))
         with text_files.atomic_output(FLAGS.decode_to_file, "decode_to_file") as out, progress_bar(source) as bar:
             stats = decode_lines.run(lines, out, job, predict, scoring=bool(FLAGS.score_file), progress=bar)

@@ -245,13 +245,20 @@ def batches_in_flight() -> int:
 
 
 class Predictor:
-    """A `batching.PredictFn` on a CTranslate2 Translator, a batch per core in flight."""
+    """A `batching.PredictFn` on a CTranslate2 Translator, up to `in_flight` batches taken
+    from the input before the oldest one's rows are handed back."""
 
     def __init__(
-        self, model_path: str, hp: HParams, vocab: Vocabulary, decode: DecodeSettings, quantization: str
+        self,
+        model_path: str,
+        hp: HParams,
+        vocab: Vocabulary,
+        decode: DecodeSettings,
+        quantization: str,
+        in_flight: int,
     ) -> None:
         ct2 = module()
-        self.in_flight = batches_in_flight()
+        self.in_flight = in_flight
         self.translator = ct2.Translator(
             model_path, device="cpu", compute_type=quantization, inter_threads=workers(), intra_threads=1
         )

@@ -35,8 +35,14 @@ def predictor(
     decode: settings.DecodeSettings | Mapping[str, Any],
     checkpoint_path: str,
     scoring: bool = False,
+    read_ahead: bool = True,
 ) -> batching.PredictFn:
-    """The `batching.PredictFn` of the engine `decode` asks for (or auto chooses)."""
+    """The `batching.PredictFn` of the engine `decode` asks for (or auto chooses).
+
+    `read_ahead=False` answers each batch before the next is taken from the input, as
+    --decode_interactive needs (a line must not wait for the line after it); else the
+    engine keeps batches in flight (`batches_in_flight`).
+    """
     decode = settings.DecodeSettings.of(decode, model.hparams)
     engine, why = settings.choose(model, decode, scoring)
     logging.info("decode engine: %s (%s)", engine, why)
@@ -55,20 +61,26 @@ def predictor(
             quantization,
             lambda: hf_t5.mesh_values_from_checkpoint(checkpoint_path, model.hparams, model.vocab.vocab_size),
         )
-        return ct2.Predictor(path, model.hparams, model.vocab, decode, quantization)
+        in_flight = ct2.batches_in_flight() if read_ahead else 1
+        return ct2.Predictor(path, model.hparams, model.vocab, decode, quantization, in_flight)
     if decode.quantization != "float32":
         logging.warning(
             "quantization=%s applies to engine=ctranslate2; %s runs float32 weights", decode.quantization, engine
         )
     estimator = estimator_for(model, decode.replace(engine=engine))
     if engine == "fast":
-        return session_predict(estimator, checkpoint_path)
+        return session_predict(estimator, checkpoint_path, BATCHES_IN_FLIGHT if read_ahead else 1)
     return estimator_predict(estimator, checkpoint_path)
 
 
-def batches_in_flight(model: LoadedModel, decode: settings.DecodeSettings, scoring: bool = False) -> int:
-    """How many batches the engine `decode` resolves to holds in memory at once."""
+def batches_in_flight(
+    model: LoadedModel, decode: settings.DecodeSettings, scoring: bool = False, read_ahead: bool = True
+) -> int:
+    """How many batches the engine `decode` resolves to holds in memory at once (`read_ahead`
+    as for `predictor`)."""
     engine, _ = settings.choose(model, decode, scoring)
+    if not read_ahead:
+        return 1
     if engine == "ctranslate2":
         return ct2.batches_in_flight()
     return BATCHES_IN_FLIGHT if engine == "fast" else 1
