@@ -61,15 +61,14 @@ def predictor(
             quantization,
             lambda: hf_t5.mesh_values_from_checkpoint(checkpoint_path, model.hparams, model.vocab.vocab_size),
         )
-        in_flight = ct2.batches_in_flight() if read_ahead else 1
-        return ct2.Predictor(path, model.hparams, model.vocab, decode, quantization, in_flight)
+        return ct2.Predictor(path, model.hparams, model.vocab, decode, quantization, _in_flight(engine, read_ahead))
     if decode.quantization != "float32":
         logging.warning(
             "quantization=%s applies to engine=ctranslate2; %s runs float32 weights", decode.quantization, engine
         )
     estimator = estimator_for(model, decode.replace(engine=engine))
     if engine == "fast":
-        return session_predict(estimator, checkpoint_path, BATCHES_IN_FLIGHT if read_ahead else 1)
+        return session_predict(estimator, checkpoint_path, _in_flight(engine, read_ahead))
     return estimator_predict(estimator, checkpoint_path)
 
 
@@ -78,7 +77,10 @@ def batches_in_flight(
 ) -> int:
     """How many batches the engine `decode` resolves to holds in memory at once (`read_ahead`
     as for `predictor`)."""
-    engine, _ = settings.choose(model, decode, scoring)
+    return _in_flight(settings.choose(model, decode, scoring)[0], read_ahead)
+
+
+def _in_flight(engine: str, read_ahead: bool) -> int:
     if not read_ahead:
         return 1
     if engine == "ctranslate2":
