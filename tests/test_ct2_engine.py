@@ -95,6 +95,18 @@ def test_batches_run_a_batch_on_each_core_and_come_back_in_order(toy):
     assert one_by_one == _predict(model, "ctranslate2", rows)[0]
 
 
+def test_asked_for_with_t5_s_length_penalty_runs_its_own_and_says_so_once(toy, caplog):
+    """engine=ctranslate2 with alpha != 0 beam search runs CTranslate2's penalty, warned once
+    per engine built (the memory bound asking how many batches it holds says nothing)."""
+    model, _ = toy
+    decode = settings.DecodeSettings.of({"engine": "ctranslate2", "beam_size": 4, "alpha": 0.6}, model.hparams)
+    caplog.set_level("WARNING")
+    assert engines.batches_in_flight(model, decode) == ct2.batches_in_flight()
+    engines.predictor(model, decode, checkpoints.resolve(model.model_dir, None)[1])
+    warned = [r.getMessage() for r in caplog.records if "its penalty" in r.getMessage()]
+    assert warned == [f"engine=ctranslate2: {ct2.PENALTY_DIFFERS}; its penalty (score / length ** alpha) is used"]
+
+
 def test_int8_runs_int8_weights(toy):
     """quantization=int8 converts to int8 weights and runs them: the converted model is
     smaller than float32's, the Translator computes in int8, and its scores move off

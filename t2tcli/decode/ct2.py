@@ -59,6 +59,10 @@ def available() -> bool:
     return True
 
 
+# The one reason of `unsupported_reason` that engine=ctranslate2 runs anyway, with a warning.
+PENALTY_DIFFERS = "CTranslate2's beam search length penalty is not T5's (beam search with alpha=0 is the same)"
+
+
 def unsupported_reason(hp: HParams, decode: DecodeSettings) -> str | None:
     """Why this model or decode setting cannot run on CTranslate2 (None when it can)."""
     if hp.ffn_activation.removeprefix("gated-") not in _ACTIVATIONS:
@@ -66,7 +70,7 @@ def unsupported_reason(hp: HParams, decode: DecodeSettings) -> str | None:
     if hp.relative_attention_num_buckets != 32:
         return "CTranslate2 computes T5's relative attention with 32 buckets"
     if decode.beam_size > 1 and decode.alpha != 0.0:
-        return "CTranslate2's beam search length penalty is not T5's (beam search with alpha=0 is the same)"
+        return PENALTY_DIFFERS
     return None
 
 

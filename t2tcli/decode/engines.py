@@ -47,9 +47,10 @@ def predictor(
     engine, why = settings.choose(model, decode, scoring)
     logging.info("decode engine: %s (%s)", engine, why)
     if engine == "ctranslate2":
-        reason = ct2.unsupported_reason(model.hparams, decode)
-        if reason and "length penalty" in reason:
-            logging.warning("engine=ctranslate2: %s; its penalty (score / length ** alpha) is used", reason)
+        if ct2.unsupported_reason(model.hparams, decode) == ct2.PENALTY_DIFFERS:
+            logging.warning(
+                "engine=ctranslate2: %s; its penalty (score / length ** alpha) is used", ct2.PENALTY_DIFFERS
+            )
         quantization = ct2.check_quantization(decode.quantization)
         from t2tcli.interop import hf_t5
 

@@ -299,7 +299,7 @@ def choose(model: LoadedModel, decode: DecodeSettings | Mapping[str, Any], scori
         ct2.module()
         if config.mesh.size > 1:
             raise UserError(f"decode engine=ctranslate2 runs one device, not mesh_shape={hp.mesh_shape}")
-        if reason and "length penalty" not in reason:  # that one is a warning (engines.predictor)
+        if reason and reason != ct2.PENALTY_DIFFERS:  # that one is a warning (engines.predictor)
             raise UserError(f"decode engine=ctranslate2: {reason}; use engine=fast")
         return "ctranslate2", "asked for"
     if requested != "auto" or config.mesh.size > 1:
