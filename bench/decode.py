@@ -20,16 +20,18 @@ written as a Hugging Face directory; every system decodes the same weights:
   says why and the OpenVINO rows are left out (--openvino=off leaves them out outright).
 
 All decode the same lines in the same batches (sorted by length, as t2t-decode sorts)
-and exactly --max_decode_length tokens a line: a random model almost never ends a line,
-and the peers are held to that length (min = max length). Two inputs: --lines lines of
+with the same search settings: each line runs until it ends, at most --max_decode_length
+tokens, as users decode (a random model almost never ends a line, so every system runs that
+many steps a batch; the steps column shows it, and a system that ran fewer is marked NOT
+COMPARABLE). Nothing holds a peer to the full length, which would cost it an extra logits
+step (HF) or save it its end-of-line checks (CTranslate2) that t2t-decode does. Two inputs: --lines lines of
 --words random words (the fixed-shape case), and the shipped translation data's English
 sentences (mixed lengths, where sorting batches by length counts). The systems run in
 turns, --repeats times; each figure is a system's median run, printed with the range of
 its runs, and the machine's CPU kind is printed with them.
 
-With --model_dir, a trained model is decoded instead: every system then runs each line
-until it ends (at most --max_decode_length tokens), as users decode, so a system that
-drops finished lines from its batches gains by it; the peers decode that model_dir's
+With --model_dir, a trained model is decoded instead, where lines end early and a system
+that drops finished lines from its batches gains by it; the peers decode that model_dir's
 Hugging Face export (`t2t-export --export_format=hf`).
 
     python bench/decode.py                       # t5_small, greedy and beam 4
@@ -194,8 +196,8 @@ def run_t2t(model_dir: Path, src: Path, beam: int, batch: int, length: int, engi
     return result
 
 
-def run_hf(hf_dir: Path, batches: list[list[list[int]]], beam: int, length: int, forced: bool) -> dict:
-    """HF generate; `forced`: every line runs exactly `length` steps, else until it ends."""
+def run_hf(hf_dir: Path, batches: list[list[list[int]]], beam: int, length: int) -> dict:
+    """HF generate, each line until it ends (at most `length` tokens)."""
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
@@ -213,7 +215,6 @@ def run_hf(hf_dir: Path, batches: list[list[list[int]]], beam: int, length: int,
                 input_ids=ids,
                 attention_mask=(ids != 0).long(),
                 max_new_tokens=length,
-                min_new_tokens=length if forced else 0,
                 num_beams=beam,
                 do_sample=False,
             )[:, 1:]  # the decoder's start token
@@ -235,11 +236,10 @@ def run_ct2(
     beam: int,
     length: int,
     compute_type: str,
-    forced: bool,
     parallel: bool,
 ) -> dict:
-    """Bare CTranslate2; `forced` as for run_hf; `parallel`: a batch to each core, all
-    batches queued at once (else one batch at a time on all cores)."""
+    """Bare CTranslate2, each line until it ends as t2t-decode asks it; `parallel`: a batch
+    to each core, all batches queued at once (else one batch at a time on all cores)."""
     import ctranslate2
 
     from t2tcli.data.vocabulary.vocab import EOS_ID, PAD_ID
@@ -260,21 +260,24 @@ def run_ct2(
             [[names[i] for i in row] for row in chunk],
             beam_size=beam,
             max_decoding_length=length,
-            min_decoding_length=length if forced else 0,
             max_input_length=0,
+            return_end_token=True,  # so a hypothesis's length is the steps it ran
             asynchronous=parallel,
         )
         for chunk in batches
     ]
-    lines = tokens = 0
+    lines = tokens = steps = 0
     for results in submitted:
         lines += len(results)
         done = [r.result() for r in results] if parallel else results
         tokens += sum(token not in unsaid for r in done for token in r.hypotheses[0])
-    result = {"lines": lines, "tokens": tokens, "decode_s": time.monotonic() - started}
-    if forced:  # it does not say how many steps a batch ran when lines end on their own
-        result["steps_per_batch"] = length
-    return result
+        steps += max(len(r.hypotheses[0]) for r in done)
+    return {
+        "lines": lines,
+        "tokens": tokens,
+        "decode_s": time.monotonic() - started,
+        "steps_per_batch": steps / len(batches),
+    }
 
 
 SYSTEMS = (
@@ -316,19 +319,16 @@ def measure(name: str, beam: int, src: Path, batches: list, paths: dict, args: a
         engine = "fast" if "fast" in name else "ctranslate2"
         quantization = "int8" if name.endswith("int8") else "float32"
         return run_t2t(paths["model_dir"], src, beam, args.batch_size, length, engine, quantization)
-    forced = not args.model_dir
     if name.startswith("OpenVINO"):
         from t2tcli.data.vocabulary.vocab import EOS_ID
 
         ir_dir = paths["ov_int8"] if name.endswith("int8") else paths["ov_float"]
         precision = "float32" if name.endswith("float32") else "default"
-        return openvino_peer.decode(
-            paths["ov_venv"], ir_dir, batches, beam, length, forced, precision, EOS_ID, paths["work"]
-        )
+        return openvino_peer.decode(paths["ov_venv"], ir_dir, batches, beam, length, precision, EOS_ID, paths["work"])
     if name.startswith("HF"):
-        return run_hf(paths["hf_dir"], batches, beam, length, forced)
+        return run_hf(paths["hf_dir"], batches, beam, length)
     quantization = name.split(",")[0].split()[-1]
-    return run_ct2(paths[quantization], batches, beam, length, quantization, forced, parallel="," not in name)
+    return run_ct2(paths[quantization], batches, beam, length, quantization, parallel="," not in name)
 
 
 def rate(result: dict) -> float:
@@ -531,10 +531,8 @@ def main() -> None:
     if openvino_note:
         print(openvino_note)
     print("tok/s counts the tokens written, EOS and padding left out (a random model's output is mostly padding).")
-    if args.model_dir:
-        print("steps: decode steps a batch took, on average (CTranslate2 does not say its own).")
-    else:
-        print("steps: decode steps a batch took (the peers are held to --max_decode_length; t2t-decode says its own).")
+    print("steps: decode steps a batch took, on average (CTranslate2's: its longest line's, EOS counted).")
+    if not args.model_dir:
         short = sorted(
             {r["system"] for r in results if r.get("steps_per_batch", args.max_decode_length) < args.max_decode_length}
         )

@@ -119,7 +119,6 @@ def decode(
     batches: list,
     beam: int,
     length: int,
-    forced: bool,
     precision: str,
     eos_id: int,
     work: Path,
@@ -132,7 +131,6 @@ def decode(
                 "batches": batches,
                 "beam": beam,
                 "length": length,
-                "forced": forced,
                 "precision": precision,
                 "eos_id": eos_id,
                 "threads": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
@@ -178,7 +176,6 @@ def _decode_here(ir_dir: str, request_file: str) -> dict:
             input_ids=ids,
             attention_mask=(ids != 0).long(),
             max_new_tokens=length,
-            min_new_tokens=length if req["forced"] else 0,
             num_beams=req["beam"],
             do_sample=False,
         )[:, 1:]  # the decoder's start token
