@@ -90,9 +90,43 @@ def test_batches_run_a_batch_on_each_core_and_come_back_in_order(toy):
 
     results = predict(batches, {"inputs": (1, 16)})
     first = next(results)
-    assert len(pulled) == min(len(rows), ct2.workers() + 1)
+    # workers + 1 in the engine, and one more read to know whether the last was the last.
+    assert len(pulled) == min(len(rows), ct2.workers() + 2)
     one_by_one = [[int(i) for i in r["outputs"]] for r in [first, *results]]
     assert one_by_one == _predict(model, "ctranslate2", rows)[0]
+
+
+class _PartsSeen:
+    """A Translator that notes the part size each batch was handed over in."""
+
+    def __init__(self, translator):
+        self.translator = translator
+        self.parts: list[int] = []
+
+    def translate_batch(self, sources, **options):
+        self.parts.append(options["max_batch_size"])
+        return self.translator.translate_batch(sources, **options)
+
+
+@pytest.mark.parametrize("read_ahead", [True, False])
+def test_a_batch_no_other_batch_runs_beside_is_split_across_the_cores(toy, read_ahead):
+    """The input's last batch, and with no read-ahead (interactive decode) every batch, runs
+    as a part per worker, so a lone batch still uses every core; the others run whole."""
+    model, rows = toy
+    settings = {"engine": "ctranslate2", "beam_size": 1, "alpha": 0.0, "max_decode_length": 16}
+    checkpoint = checkpoints.resolve(model.model_dir, None)[1]
+    predict = engines.predictor(model, settings, checkpoint, read_ahead=read_ahead)
+    predict.translator = seen = _PartsSeen(predict.translator)
+    pairs = [rows[i : i + 2] for i in range(0, len(rows), 2)]
+
+    def batches():
+        for pair in pairs:
+            yield {"inputs": np.array([r.inputs + [0] * (16 - len(r.inputs)) for r in pair], np.int32)}
+
+    outputs = [[int(i) for i in r["outputs"]] for r in predict(batches, {"inputs": (2, 16)})]
+    split = -(-2 // ct2.workers())
+    assert seen.parts == ([0] * (len(pairs) - 1) if read_ahead else [split] * (len(pairs) - 1)) + [split]
+    assert outputs == _predict(model, "ctranslate2", rows)[0]
 
 
 def test_asked_for_with_t5_s_length_penalty_runs_its_own_and_says_so_once(toy, caplog):

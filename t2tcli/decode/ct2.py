@@ -249,8 +249,14 @@ def batches_in_flight() -> int:
 
 
 class Predictor:
-    """A `batching.PredictFn` on a CTranslate2 Translator, up to `in_flight` batches taken
-    from the input before the oldest one's rows are handed back."""
+    """A `batching.PredictFn` on a CTranslate2 Translator, up to `in_flight` batches in the
+    engine before the oldest one's rows are handed back.
+
+    A batch runs whole on one worker while other batches keep the rest busy. Where none
+    will (the input's last batch, and every batch when `in_flight` is 1, as an interactive
+    decode answers each batch before reading the next), the batch is split into one part
+    per worker, so a lone batch still runs on every core. To know a batch is the last, the
+    Predictor reads one batch ahead of those it hands the engine."""
 
     def __init__(
         self,
@@ -263,8 +269,9 @@ class Predictor:
     ) -> None:
         ct2 = module()
         self.in_flight = in_flight
+        self.workers = workers()
         self.translator = ct2.Translator(
-            model_path, device="cpu", compute_type=quantization, inter_threads=workers(), intra_threads=1
+            model_path, device="cpu", compute_type=quantization, inter_threads=self.workers, intra_threads=1
         )
         rows = weight_names.padded_vocab_size(vocab.vocab_size, hp.vocab_divisor)
         self.tokens = tokens(vocab, rows)
@@ -280,7 +287,7 @@ class Predictor:
             return None
         return [self.tokens[i] for i in row[:n].tolist()]
 
-    def _translate(self, sources: list[list[str]]) -> list[Any]:
+    def _translate(self, sources: list[list[str]], part: int) -> list[Any]:
         d = self.decode
         beam = d.beam_size
         sampling = d.temperature > 0
@@ -296,19 +303,24 @@ class Predictor:
             max_input_length=0,
             sampling_topk=d.top_k if sampling else 1,
             sampling_temperature=d.temperature if sampling else 1.0,
+            max_batch_size=part,
             asynchronous=True,
         )
 
-    def _score(self, sources: list[list[str]], targets: np.ndarray) -> list[Any]:
+    def _score(self, sources: list[list[str]], targets: np.ndarray, part: int) -> list[Any]:
         target_tokens = []
         for row in targets:
             # CTranslate2 scores the EOS it appends itself.
             ends = np.flatnonzero(row == EOS_ID)
             n = int(ends[0]) if ends.size else int(np.count_nonzero(row))
             target_tokens.append([self.tokens[i] for i in row[:n].tolist() if i != PAD_ID])
-        return self.translator.score_batch(sources, target_tokens, max_input_length=0, asynchronous=True)
+        return self.translator.score_batch(
+            sources, target_tokens, max_input_length=0, max_batch_size=part, asynchronous=True
+        )
 
-    def _submit(self, batch: dict[str, np.ndarray]) -> _Submitted:
+    def _submit(self, batch: dict[str, np.ndarray], split: bool) -> _Submitted:
+        """`batch` handed to the engine: whole to one worker, or `split` into a part per worker
+        (CTranslate2 runs each part of at most `max_batch_size` lines as a job of its own)."""
         started = time.perf_counter()
         inputs = batch["inputs"]
         targets = batch.get("targets")
@@ -317,7 +329,8 @@ class Predictor:
         picked = [sources[i] for i in real]
         results = []
         if real:
-            results = self._translate(picked) if targets is None else self._score(picked, targets[real])
+            part = -(-len(picked) // self.workers) if split else 0  # 0: the whole batch at once
+            results = self._translate(picked, part) if targets is None else self._score(picked, targets[real], part)
         return _Submitted(inputs, targets, real, results, time.perf_counter() - started)
 
     def _finish(self, submitted: _Submitted) -> Iterator[dict[str, Any]]:
@@ -347,10 +360,19 @@ class Predictor:
             yield {"outputs": outputs[i], "scores": scores[i], **extra}
 
     def __call__(self, batches: Callable[[], Iterator[dict[str, np.ndarray]]], shapes: dict[str, tuple[int, int]]):
+        if self.in_flight == 1:
+            for batch in batches():
+                yield from self._finish(self._submit(batch, split=True))
+            return
         pending: collections.deque[_Submitted] = collections.deque()
+        held = None  # read, and handed over once the next batch shows whether it was the last
         for batch in batches():
-            pending.append(self._submit(batch))
-            if len(pending) == self.in_flight:
-                yield from self._finish(pending.popleft())
+            if held is not None:
+                pending.append(self._submit(held, split=False))
+                if len(pending) == self.in_flight:
+                    yield from self._finish(pending.popleft())
+            held = batch
+        if held is not None:
+            pending.append(self._submit(held, split=True))
         while pending:
             yield from self._finish(pending.popleft())
