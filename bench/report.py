@@ -38,9 +38,9 @@ METHODS = {
     "the set's dropout) against Hugging Face T5 in PyTorch at its best (`torch.optim.Adafactor`; its fastest row of "
     "float32 and bfloat16 autocast, eager and `torch.compile`) (`bench/train.py`). MFU divides the model's FLOPs by "
     "the matmul peak the same run measured for the row's dtype.",
-    "decode": "sentences/s of t5_small (random weights, batch 64, 32 output tokens a line), medians of runs in "
-    "turns, against CTranslate2, HF `generate` and OpenVINO (its fastest precision) on the same weights "
-    "(`bench/decode.py`).",
+    "decode": "sentences/s of t5_small (random weights, batch 64, every system decoding each line until it ends, "
+    "at most 32 tokens: on random weights, all 32), medians of runs in turns, against CTranslate2 (its faster thread "
+    "layout), HF `generate` and OpenVINO (its fastest precision) on the same weights (`bench/decode.py`).",
     "int8_agreement": "BLEU of CTranslate2 int8 against float32, and how many dev lines it decodes as float32 does, "
     "on a small model trained on the shipped verses (`bench/int8_agreement.py`).",
 }
