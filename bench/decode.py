@@ -23,9 +23,9 @@ All decode the same lines in the same batches (sorted by length, as t2t-decode s
 with the same search settings: each line runs until it ends, at most --max_decode_length
 tokens, as users decode. A random model almost never ends a line, so every system runs
 that many steps a batch; the steps column shows it, and a system that ran fewer is marked
-NOT COMPARABLE. No peer is held to the full length: a minimum length costs `generate`
-(HF's and OpenVINO's) a logits processor at every step, and spares CTranslate2 the
-end-of-line checks t2t-decode makes. Two inputs: --lines lines of --words random words
+NOT COMPARABLE. No peer is held to the full length: a minimum length slows OpenVINO's
+beam search through `generate`, and spares CTranslate2 the end-of-line checks t2t-decode
+makes. Two inputs: --lines lines of --words random words
 (the fixed-shape case), and the shipped translation data's English sentences (mixed
 lengths, where sorting batches by length counts). The systems run in turns, --repeats
 times; each figure is a system's median run, printed with the range of its runs, and the

@@ -90,7 +90,7 @@ def test_batches_run_a_batch_on_each_core_and_come_back_in_order(toy):
 
     results = predict(batches, {"inputs": (1, 16)})
     first = next(results)
-    # workers + 1 in the engine, and one more read to know whether the last was the last.
+    # workers + 1 in the engine, and one more read ahead to know whether a batch is the input's last.
     assert len(pulled) == min(len(rows), ct2.workers() + 2)
     one_by_one = [[int(i) for i in r["outputs"]] for r in [first, *results]]
     assert one_by_one == _predict(model, "ctranslate2", rows)[0]
