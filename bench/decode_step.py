@@ -8,12 +8,14 @@ t2tcli.decode.fast's weights, with this CPU's kernel layout and activation dtype
 session configured as the engine configures its own) for one batch of random input ids
 and random weights, and prints, with the CPU kind:
 
-* the time per decode step of one batch alone (median of --repeats runs);
+* the time per decode step of one batch alone, in a part per core as t2t-decode runs a
+  lone batch (median of --repeats runs);
 * the output tokens/s of --in_flight batches at once, as t2t-decode runs them;
-* one traced batch's op time by type, and its wall time with some matmul running
-  against the time with none, split by where the ops sit (the encoder, each decoder
-  layer's self-attention with its caches, encoder-decoder attention and FFN, the norms,
-  the logits), as bench/step_trace.py reads a training step's trace.
+* one traced batch's op time by type (on one thread, as batches side by side run), and
+  its wall time with some matmul running against the time with none, split by where the
+  ops sit (the encoder, each decoder layer's self-attention with its caches,
+  encoder-decoder attention and FFN, the norms, the logits), as bench/step_trace.py
+  reads a training step's trace.
 
 A random model almost never writes EOS, so every row runs --max_decode_length steps.
 
@@ -58,7 +60,7 @@ def build(args: argparse.Namespace) -> tuple[Any, Any, dict, Any]:
     weights random."""
     from t2tcli import registry
     from t2tcli.compat import tf
-    from t2tcli.decode import engines, fast, search, settings
+    from t2tcli.decode import engines, fast, search, settings, side_by_side
     from t2tcli.model import config as model_config
     from t2tcli.train import estimator
 
@@ -70,13 +72,15 @@ def build(args: argparse.Namespace) -> tuple[Any, Any, dict, Any]:
     with graph.as_default():
         tf1.set_random_seed(args.seed)
         weights = fast.Weights(config)
-        inputs = tf1.placeholder(tf.int32, [args.batch_size, args.inputs_length], name="inputs")
-        decoded = search.decode(weights, inputs, decode, args.max_decode_length)
+        inputs = tf1.placeholder(tf.int32, [None, args.inputs_length], name="inputs")
+        decoded = search.decode(weights, inputs, decode.replace(batch_size=args.batch_size), args.max_decode_length)
         # Weights of about the scale a trained model's have; their values change no timing.
         randomize = [
             tf1.assign(v, tf.random.normal(v.shape, stddev=v.shape[-1] ** -0.5)) for v in tf1.global_variables()
         ]
-    session = tf1.Session(graph=graph, config=engines.fast_session_config(estimator.session_config(config)))
+    base = estimator.session_config(config)
+    workers = min(side_by_side.workers(), args.batch_size)  # as t2tcli.decode.engines runs it
+    session = tf1.Session(graph=graph, config=engines.fast_session_config(base, workers))
     session.run(randomize)
     return session, inputs, {"ids": decoded.ids, "steps": decoded.steps}, config
 
@@ -108,23 +112,29 @@ def main() -> None:
 
     import numpy as np
 
-    from t2tcli.decode import engines
+    from t2tcli.decode import engines, side_by_side
 
-    in_flight = args.in_flight or engines.BATCHES_IN_FLIGHT
+    workers = min(side_by_side.workers(), args.batch_size)
+    in_flight = args.in_flight or max(engines.BATCHES_IN_FLIGHT, workers)
     session, inputs, fetches, config = build(args)
     ids = np.random.default_rng(args.seed).integers(2, T5_VOCAB, size=[args.batch_size, args.inputs_length])
     feed = {inputs: ids.astype(np.int32)}
     print(f"CPU: {config.machine.cpu_kind()}; activations {config.activation_dtype}; {args.hparams_set}, batch "
           f"{args.batch_size} x {args.inputs_length} input tokens, beam {args.beam_size}")  # fmt: skip
     steps = session.run(fetches, feed)["steps"]  # the first run builds the kernels
+    part = side_by_side.part_rows(args.batch_size, workers)
+    parts = [{inputs: ids[start : start + part].astype(np.int32)} for start in range(0, args.batch_size, part)]
     seconds = []
-    for _ in range(args.repeats):
-        started = time.perf_counter()
-        session.run(fetches, feed)
-        seconds.append(time.perf_counter() - started)
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(lambda p: session.run(fetches, p), parts))
+        for _ in range(args.repeats):
+            started = time.perf_counter()
+            list(pool.map(lambda p: session.run(fetches, p), parts))
+            seconds.append(time.perf_counter() - started)
     alone = statistics.median(seconds)
-    print(f"one batch alone: {steps} steps in {alone:.3f} s (runs {min(seconds):.3f}-{max(seconds):.3f}),"
-          f" {1000 * alone / steps:.1f} ms a step, encoder included")  # fmt: skip
+    print(f"one batch alone, in {len(parts)} parts side by side: {steps} steps in {alone:.3f} s"
+          f" (runs {min(seconds):.3f}-{max(seconds):.3f}), {1000 * alone / steps:.1f} ms a step,"
+          " encoder included")  # fmt: skip
     batches = 2 * in_flight * max(1, args.repeats // 2)
     with ThreadPoolExecutor(in_flight) as pool:
         started = time.perf_counter()
@@ -138,7 +148,8 @@ def main() -> None:
     if args.trace:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(trace)
-    print(f"\nOne traced batch ({steps} steps; tracing slows it; attention's batched products count as matmuls):")
+    print(f"\nOne traced batch on one thread ({steps} steps; tracing slows it; attention's batched products count"
+          " as matmuls):")  # fmt: skip
     print("\n".join(step_trace.report(path, json.loads(trace)["traceEvents"], DECODE_KINDS)))
 
 

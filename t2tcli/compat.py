@@ -44,6 +44,10 @@ X86 = platform.machine().lower() in ("x86_64", "amd64")
 # every binary asks for it; TF_ENABLE_ONEDNN_OPTS=0 in the environment still wins.
 if X86:
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+# Each session sizes an intra-op thread pool of its own from its config, rather than all
+# sharing the first one's: the fast decode engine's session runs a batch on each core
+# (t2tcli.decode.engines), while other sessions keep a thread per core for each op.
+os.environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")
 if not VERBOSE:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     warnings.filterwarnings("ignore", category=DeprecationWarning)

@@ -14,7 +14,7 @@ from conftest import require_extra, run_binary
 from toy_model import toy_model  # noqa: F401  (session fixture)
 
 from t2tcli.data.vocabulary.vocab import EOS_ID
-from t2tcli.decode import batching, ct2, engines, settings
+from t2tcli.decode import batching, ct2, engines, settings, side_by_side
 from t2tcli.errors import UserError
 from t2tcli.model import checkpoints, hardware, loading
 from t2tcli.model import config as model_config
@@ -80,7 +80,7 @@ def test_batches_run_a_batch_on_each_core_and_come_back_in_order(toy):
     model, rows = toy
     settings = {"engine": "ctranslate2", "beam_size": 1, "alpha": 0.0, "max_decode_length": 16}
     predict = engines.predictor(model, settings, checkpoints.resolve(model.model_dir, None)[1])
-    assert predict.translator.num_translators == ct2.workers()
+    assert predict.translator.num_translators == side_by_side.workers()
     pulled = []
 
     def batches():
@@ -91,7 +91,7 @@ def test_batches_run_a_batch_on_each_core_and_come_back_in_order(toy):
     results = predict(batches, {"inputs": (1, 16)})
     first = next(results)
     # workers + 1 in the engine, and one more read ahead to know whether a batch is the input's last.
-    assert len(pulled) == min(len(rows), ct2.workers() + 2)
+    assert len(pulled) == min(len(rows), side_by_side.workers() + 2)
     one_by_one = [[int(i) for i in r["outputs"]] for r in [first, *results]]
     assert one_by_one == _predict(model, "ctranslate2", rows)[0]
 
@@ -124,7 +124,7 @@ def test_a_batch_no_other_batch_runs_beside_is_split_across_the_cores(toy, read_
             yield {"inputs": np.array([r.inputs + [0] * (16 - len(r.inputs)) for r in pair], np.int32)}
 
     outputs = [[int(i) for i in r["outputs"]] for r in predict(batches, {"inputs": (2, 16)})]
-    split = -(-2 // ct2.workers())
+    split = -(-2 // side_by_side.workers())
     assert seen.parts == ([0] * (len(pairs) - 1) if read_ahead else [split] * (len(pairs) - 1)) + [split]
     assert outputs == _predict(model, "ctranslate2", rows)[0]
 

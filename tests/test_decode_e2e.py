@@ -123,6 +123,39 @@ def test_batches_in_flight_keep_each_row_its_own_result(toy_model):  # noqa: F81
     assert len({tuple(ids) for ids in alone}) >= len(lines) - 2
 
 
+@pytest.mark.parametrize("read_ahead", [True, False])
+def test_fast_engine_splits_a_batch_no_other_batch_runs_beside(toy_model, monkeypatch, read_ahead):  # noqa: F811
+    """With a batch on each core, the input's last batch (and with no read-ahead, as an
+    interactive decode runs, every batch) is fed in a part per worker, so a lone batch
+    still uses every core; rows keep their own results, and the batch's counts are whole."""
+    from t2tcli.compat import tf
+    from t2tcli.decode import batching, engines, settings, tf_predict
+    from t2tcli.model import loading
+    from t2tcli.model.checkpoints import resolve
+
+    model = loading.load(toy_model["model_dir"], hparams="activation_dtype=float32")
+    _, path = resolve(toy_model["model_dir"], None)
+    estimator = tf_predict.estimator_for(model, settings.parse_decode_hparams("engine=fast", model.hparams))
+    lines = ["a b c", "j", "d e f g h", "c c", "a b c d e f", "h g", "i", "b d f h j", "e e e"]
+    rows = [batching.Row(i, batching.fit(model.vocab.encode(x), 16)[0]) for i, x in enumerate(lines)]
+    alone = batching.predict_rows(rows, engines.session_predict(estimator, path, in_flight=1), 1, 16)
+
+    fed: list[int] = []
+
+    class RowsFed(tf.compat.v1.Session):
+        def run(self, fetches, feed_dict=None, **kwargs):
+            fed.extend(len(v) for k, v in (feed_dict or {}).items() if str(getattr(k, "name", k)).startswith("inputs"))
+            return super().run(fetches, feed_dict, **kwargs)
+
+    monkeypatch.setattr(tf.compat.v1, "Session", RowsFed)
+    predict = engines.session_predict(estimator, path, in_flight=2 if read_ahead else 1, workers=2)
+    results = batching.predict_rows(rows, predict, 4, 16)
+    # Batches of 4 rows: the last one's single line comes padded to 4.
+    assert fed == ([4, 4, 2, 2] if read_ahead else [2] * 6)
+    assert [[int(i) for i in r["outputs"]] for r in results] == [[int(i) for i in r["outputs"]] for r in alone]
+    assert {int(r["decode_loop_rows"]) for r in results} == {4}
+
+
 @pytest.mark.parametrize("flag", ["--decode_hparams=beam_size=0", "--decode_hparams=beam=4"])
 def test_bad_decode_hparams(binary, toy_model, flag):  # noqa: F811
     proc = binary("t2t-decode", f"--model_dir={toy_model['model_dir']}", "--decode_from_file=-", flag, stdin="a\n")

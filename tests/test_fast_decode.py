@@ -144,9 +144,7 @@ def test_the_model_fn_hands_each_engines_beam_search_its_alpha(engine, monkeypat
         raise _Reached
 
     if engine == "fast":
-        monkeypatch.setattr(
-            search, "beam_search", lambda w, inputs, length, beam_size, alpha, all_beams=False: spy(alpha=alpha)
-        )
+        monkeypatch.setattr(search, "beam_search", lambda w, inputs, length, beam_size, alpha, *_: spy(alpha=alpha))
     else:
         monkeypatch.setattr(transformer.Bitransformer, "decode", lambda self, *args, **kwargs: spy(**kwargs))
     hp = registry.hparams("mtf_transformer_tiny")

@@ -10,12 +10,11 @@ has a distinct token name, so outputs map back to the ids the TF engines would g
 Everything around decoding (reading lines, batching by length, putting results back in
 order, writing) stays t2t-decode's; this module is a `batching.PredictFn`.
 
-Imports: core, io, data, model and decode (settings).
+Imports: core, io, data, model and decode (settings, side_by_side).
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
 import time
@@ -26,6 +25,7 @@ import numpy as np
 from absl import logging
 
 from t2tcli.data.vocabulary.vocab import EOS_ID, PAD_ID, Vocabulary
+from t2tcli.decode import side_by_side
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.io import atomic, fs
@@ -231,21 +231,10 @@ class _Submitted:
     seconds: float  # spent handing it over
 
 
-def workers() -> int:
-    """Batches CTranslate2 computes side by side, one thread each: one per core this process
-    may use. At decode's batch sizes one batch's GEMMs are too small to split well across
-    cores, so a batch on each core outruns one batch on all of them (bench/decode.py's
-    CTranslate2 rows run both layouts)."""
-    # Under `taskset` or a cpuset, os.cpu_count() counts the whole machine, and that many
-    # threads would fight over a few cores.
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores)
-
-
 def batches_in_flight() -> int:
     """Batches a Predictor holds at once: one on each worker and one queued, so a worker that
     finishes finds the next batch waiting while the oldest batch's rows are handed back."""
-    return workers() + 1
+    return side_by_side.workers() + 1
 
 
 class Predictor:
@@ -255,8 +244,8 @@ class Predictor:
     A batch runs whole on one worker while other batches keep the rest busy. Where none
     will (the input's last batch, and every batch when `in_flight` is 1, as an interactive
     decode answers each batch before reading the next), the batch is split into one part
-    per worker, so a lone batch still runs on every core. To know a batch is the last, the
-    Predictor reads one batch ahead of those it hands the engine."""
+    per worker, so a lone batch still runs on every core (t2tcli.decode.side_by_side).
+    CTranslate2 runs a batch on each core as its `inter_threads`, one thread each."""
 
     def __init__(
         self,
@@ -269,7 +258,7 @@ class Predictor:
     ) -> None:
         ct2 = module()
         self.in_flight = in_flight
-        self.workers = workers()
+        self.workers = side_by_side.workers()
         self.translator = ct2.Translator(
             model_path, device="cpu", compute_type=quantization, inter_threads=self.workers, intra_threads=1
         )
@@ -329,7 +318,7 @@ class Predictor:
         picked = [sources[i] for i in real]
         results = []
         if real:
-            part = -(-len(picked) // self.workers) if split else 0  # 0: the whole batch at once
+            part = side_by_side.part_rows(len(picked), self.workers) if split else 0  # 0: the whole batch
             results = self._translate(picked, part) if targets is None else self._score(picked, targets[real], part)
         return _Submitted(inputs, targets, real, results, time.perf_counter() - started)
 
@@ -360,19 +349,4 @@ class Predictor:
             yield {"outputs": outputs[i], "scores": scores[i], **extra}
 
     def __call__(self, batches: Callable[[], Iterator[dict[str, np.ndarray]]], shapes: dict[str, tuple[int, int]]):
-        if self.in_flight == 1:
-            for batch in batches():
-                yield from self._finish(self._submit(batch, split=True))
-            return
-        pending: collections.deque[_Submitted] = collections.deque()
-        held = None  # read, and handed over once the next batch shows whether it was the last
-        for batch in batches():
-            if held is not None:
-                pending.append(self._submit(held, split=False))
-                if len(pending) == self.in_flight:
-                    yield from self._finish(pending.popleft())
-            held = batch
-        if held is not None:
-            pending.append(self._submit(held, split=True))
-        while pending:
-            yield from self._finish(pending.popleft())
+        yield from side_by_side.run(batches(), self._submit, self._finish, self.in_flight)

@@ -14,15 +14,15 @@ Imports: core, interop, model, decode.
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 from absl import logging
 
 from t2tcli.compat import tf
-from t2tcli.decode import batching, ct2, memory_bound, settings
+from t2tcli.decode import batching, ct2, memory_bound, settings, side_by_side
 from t2tcli.decode.tf_predict import estimator_for
 from t2tcli.model import checkpoints
 from t2tcli.model.loading import LoadedModel
@@ -62,14 +62,16 @@ def predictor(
             quantization,
             lambda: hf_t5.mesh_values_from_checkpoint(checkpoint_path, model.hparams, model.vocab.vocab_size),
         )
-        return ct2.Predictor(path, model.hparams, model.vocab, decode, quantization, _in_flight(engine, read_ahead))
+        in_flight = _in_flight(engine, read_ahead, model)
+        return ct2.Predictor(path, model.hparams, model.vocab, decode, quantization, in_flight)
     if decode.quantization != "float32":
         logging.warning(
             "quantization=%s applies to engine=ctranslate2; %s runs float32 weights", decode.quantization, engine
         )
     estimator = estimator_for(model, decode.replace(engine=engine))
     if engine == "fast":
-        return session_predict(estimator, checkpoint_path, _in_flight(engine, read_ahead))
+        workers = side_by_side.workers() if _on_cpu(model) else 1
+        return session_predict(estimator, checkpoint_path, _in_flight(engine, read_ahead, model), workers)
     return estimator_predict(estimator, checkpoint_path)
 
 
@@ -78,25 +80,35 @@ def batches_in_flight(
 ) -> int:
     """How many batches the engine `decode` resolves to holds in memory at once (`read_ahead`
     as for `predictor`)."""
-    return _in_flight(settings.choose(model, decode, scoring)[0], read_ahead)
+    return _in_flight(settings.choose(model, decode, scoring)[0], read_ahead, model)
 
 
-def _in_flight(engine: str, read_ahead: bool) -> int:
+def _on_cpu(model: LoadedModel) -> bool:
+    return model.config.machine.device == "cpu"
+
+
+def _in_flight(engine: str, read_ahead: bool, model: LoadedModel) -> int:
     if not read_ahead:
         return 1
     if engine == "ctranslate2":
         return ct2.batches_in_flight()
-    return BATCHES_IN_FLIGHT if engine == "fast" else 1
+    if engine == "fast":
+        return max(BATCHES_IN_FLIGHT, side_by_side.workers()) if _on_cpu(model) else BATCHES_IN_FLIGHT
+    return 1
 
 
-# Batches a plain-session predictor keeps running at once. Small decoding steps leave
+# Batches a plain-session predictor keeps running at least. Small decoding steps leave
 # cores idle, so a second batch fills them, and it computes while this one's rows are
 # written.
 BATCHES_IN_FLIGHT = 2
+# Per-row counts of the fast engine's decode loop (tf_predict), the same in every row of a batch.
+_LOOP_COUNTS = ("decode_steps", "decode_row_steps", "decode_loop_rows")
 
 
-def fast_session_config(base: tf1.ConfigProto) -> tf1.ConfigProto:
-    """`base` (the Estimator's session config) for the fast engine's own session.
+def fast_session_config(base: tf1.ConfigProto, workers: int = 1) -> tf1.ConfigProto:
+    """`base` (the Estimator's session config) for the fast engine's own session; with
+    `workers` > 1, each batch runs on one thread, `workers` batches side by side
+    (t2tcli.decode.side_by_side), as on a CPU they get through more lines.
 
     The graph is written as it should run: Grappler's rewrites lengthen every start and
     made decoding slower, not faster (bench/decode.py), and without them a bfloat16
@@ -105,13 +117,22 @@ def fast_session_config(base: tf1.ConfigProto) -> tf1.ConfigProto:
     config = tf1.ConfigProto()
     config.CopyFrom(base)
     config.graph_options.rewrite_options.disable_meta_optimizer = True
+    if workers > 1:
+        # The session's own intra-op pool (t2tcli.compat lets each session size one).
+        config.intra_op_parallelism_threads = 1
+        config.inter_op_parallelism_threads = workers
     return config
 
 
-def session_predict(estimator: Any, checkpoint_path: str, in_flight: int = BATCHES_IN_FLIGHT) -> batching.PredictFn:
+def session_predict(
+    estimator: Any, checkpoint_path: str, in_flight: int = BATCHES_IN_FLIGHT, workers: int = 1
+) -> batching.PredictFn:
     """A `batching.PredictFn` running the model_fn's PREDICT graph in a session of its own,
     `in_flight` batches at a time, rows yielded in batch order.
 
+    With `workers` > 1, a batch runs on one thread, and a batch that no other batch runs
+    beside is fed in a part per worker instead (t2tcli.decode.side_by_side): the graph
+    takes batches of any number of rows. Batches of one line keep every thread.
     Only for the fast engine's graph: plain TensorFlow whose variables restore by name
     and which needs no Estimator hooks.
     Batches are fed as arrays rather than through tf.data, so an error raised while
@@ -119,31 +140,55 @@ def session_predict(estimator: Any, checkpoint_path: str, in_flight: int = BATCH
     """
 
     def predict(batches, shapes: dict[str, tuple[int, int]]) -> Iterator[dict[str, Any]]:
+        rows = next(iter(shapes.values()))[0]
+        # Batches side by side, and a lone batch's parts. A batch of one line has no parts:
+        # it keeps every thread instead, as an interactive decode's lines do.
+        parts = min(workers, rows)
+        part = side_by_side.part_rows(rows, parts)
         graph = tf.Graph()
         with graph.as_default():
-            features = {k: tf1.placeholder(tf.int32, shape, name=k) for k, shape in shapes.items()}
+            features = {k: tf1.placeholder(tf.int32, [None, length], name=k) for k, (_, length) in shapes.items()}
             spec = estimator.model_fn(features, None, tf.estimator.ModeKeys.PREDICT, estimator.config)
             saver = tf1.train.Saver()
         graph.finalize()
 
-        def rows(results: dict[str, Any]) -> Iterator[dict[str, Any]]:
-            for i in range(len(next(iter(results.values())))):
-                yield {k: v[i] for k, v in results.items()}
-
-        with tf1.Session(graph=graph, config=fast_session_config(estimator.config.session_config)) as session:
+        with tf1.Session(graph=graph, config=fast_session_config(estimator.config.session_config, parts)) as session:
             with checkpoints.readable(checkpoint_path):
                 saver.restore(session, checkpoint_path)
-            with ThreadPoolExecutor(in_flight) as pool:
-                running: collections.deque = collections.deque()
-                for batch in batches():
-                    feed = {features[k]: v for k, v in batch.items()}
-                    running.append(pool.submit(session.run, spec.predictions, feed))
-                    if len(running) == in_flight:
-                        yield from rows(running.popleft().result())
-                while running:
-                    yield from rows(running.popleft().result())
+
+            def run(batch: dict[str, np.ndarray]) -> Future:
+                return pool.submit(session.run, spec.predictions, {features[k]: v for k, v in batch.items()})
+
+            def submit(batch: dict[str, np.ndarray], split: bool) -> list[Future]:
+                return [run(p) for p in _split(batch, part)] if split and part < rows else [run(batch)]
+
+            def finish(running: list[Future]) -> Iterator[dict[str, Any]]:
+                results = [r.result() for r in running]
+                counts = _joined_counts(results)
+                for result in results:
+                    for i in range(len(next(iter(result.values())))):
+                        yield {**{k: v[i] for k, v in result.items()}, **counts}
+
+            with ThreadPoolExecutor(in_flight + parts) as pool:
+                yield from side_by_side.run(batches(), submit, finish, in_flight)
 
     return predict
+
+
+def _split(batch: dict[str, np.ndarray], part: int) -> Iterator[dict[str, np.ndarray]]:
+    """`batch` in parts of `part` rows (the last may hold fewer)."""
+    rows = len(next(iter(batch.values())))
+    for start in range(0, rows, part):
+        yield {k: v[start : start + part] for k, v in batch.items()}
+
+
+def _joined_counts(results: list[dict[str, np.ndarray]]) -> dict[str, Any]:
+    """The decode loop's counts of a batch run in parts, as if it had run whole: the steps
+    of its longest part, the rows of all of them."""
+    if len(results) == 1 or _LOOP_COUNTS[0] not in results[0]:
+        return {}
+    steps, row_steps, loop_rows = ([r[k][0] for r in results] for k in _LOOP_COUNTS)
+    return dict(zip(_LOOP_COUNTS, (max(steps), sum(row_steps), sum(loop_rows)), strict=True))
 
 
 def estimator_predict(estimator: Any, checkpoint_path: str) -> batching.PredictFn:

@@ -27,7 +27,7 @@ class Caches:
     may serve concurrent requests on one session.
     """
 
-    def __init__(self, layers: int, rows: int, heads: int, d_kv: int, value_dtype: tf.DType) -> None:
+    def __init__(self, layers: int, rows: int | tf.Tensor, heads: int, d_kv: int, value_dtype: tf.DType) -> None:
         self.layers, self.rows, self.heads, self.d_kv = layers, rows, heads, d_kv
         self.value_dtype = value_dtype
 
@@ -64,7 +64,8 @@ class Stepper:
 
     def __init__(self, w: Weights, enc: Encoded, length: int, beams: int = 1) -> None:
         self.w, self.beams = w, beams
-        self.batch = int(enc.bias.shape[0])
+        # A tensor: one graph decodes batches of any size (t2tcli.decode.engines splits some).
+        self.batch = tf.shape(enc.bias)[0]
         self.rows = rows = self.batch * beams
         dims = w.dims
         # Logits are float32 (as mesh-tf's are), so encoder keys are kept in float32

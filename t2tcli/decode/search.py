@@ -147,7 +147,7 @@ def sample(
     w: Weights, inputs: tf.Tensor, length: int, temperature: float = 0.0, top_k: int = 0, scores: bool = True
 ) -> Decoded:
     """Greedy (temperature 0) or sampled decode; without `scores`, the scores are zeros."""
-    rows = int(inputs.shape[0])
+    rows = tf.shape(inputs)[0]
     stepper = Stepper(w, encode(w, inputs), length)
 
     def body(step, row_steps, answers, state, enc, caches):  # noqa: ANN001, ANN202
@@ -204,7 +204,13 @@ def _length_penalty(length: tf.Tensor, alpha: float) -> tf.Tensor:
 
 
 def beam_search(
-    w: Weights, inputs: tf.Tensor, length: int, beam_size: int, alpha: float, all_beams: bool = False
+    w: Weights,
+    inputs: tf.Tensor,
+    length: int,
+    beam_size: int,
+    alpha: float,
+    all_beams: bool = False,
+    batch_size: int | None = None,
 ) -> Decoded:
     """Beam search: each input's best finished hypothesis, by log-probability /
     ((5 + length) / 6) ** alpha, and its score as teacher forcing computes it. With
@@ -220,10 +226,11 @@ def beam_search(
     that left are dropped by the same gather. Hypotheses are ranked by all their tokens'
     log-probabilities, as mesh-tensorflow ranks them; the score reported leaves out
     padding ids (which an undertrained model may emit), as teacher forcing does.
+    `batch_size`: the most inputs a batch holds, where `inputs`' shape does not say.
     """
-    batch, k = int(inputs.shape[0]), beam_size
+    batch, k = tf.shape(inputs)[0], beam_size
     stepper = Stepper(w, encode(w, inputs), length, beams=k)
-    blocks = logits_blocks(w, batch * k)
+    blocks = logits_blocks(w, (inputs.shape[0] or batch_size or 1) * k)
     neg = tf.constant(-1e30)
     beams_dim = [k] if all_beams else []
 
@@ -319,5 +326,7 @@ def decode(w: Weights, inputs: tf.Tensor, settings: DecodeSettings, length: int)
     """The decode the model_fn's decode settings ask for (see t2tcli.train.model_fn); with
     `compute_scores` false, greedy and sampled decodes leave their scores 0."""
     if settings.beam_size > 1:
-        return beam_search(w, inputs, length, settings.beam_size, settings.alpha, settings.return_beams)
+        return beam_search(
+            w, inputs, length, settings.beam_size, settings.alpha, settings.return_beams, settings.batch_size
+        )
     return sample(w, inputs, length, settings.temperature, settings.top_k, settings.compute_scores)

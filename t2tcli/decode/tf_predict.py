@@ -20,7 +20,7 @@ from t2tcli.model import graph
 from t2tcli.model.config import ModelConfig
 from t2tcli.model.loading import LoadedModel
 from t2tcli.train import estimator
-from t2tcli.train.model_fn import estimator_spec
+from t2tcli.train.model_fn import check_static_batch, estimator_spec
 
 # isort: split
 # Imported after t2tcli.compat, whose shims mesh_tensorflow needs.
@@ -119,20 +119,22 @@ def predict_spec(config: ModelConfig, features: dict[str, tf.Tensor], params: di
     DecodeSettings: its engine is fast or mesh).
 
     Features: `inputs` int32 [batch, inputs_length]; optional `targets` int32 [batch,
-    targets_length] switches to scoring. Predictions: `outputs` int32 [batch,
-    max_decode_length] (decoded ids, 0 after the first EOS; when scoring, the given targets)
-    and `scores` float32 [batch] (the sum of the teacher-forced log-probabilities of
-    `outputs`). The fast engine's decodes also carry `decode_steps` (steps its batch's loop
-    ran; it stops once every row has ended), `decode_row_steps` (rows those steps computed,
-    summed: finished lines leave the loop) and `decode_loop_rows` (batch x beams).
+    targets_length] switches to scoring; for the fast engine, batch may be None (any
+    number of rows). Predictions: `outputs` int32 [batch, max_decode_length] (decoded
+    ids, 0 after the first EOS; when scoring, the given targets) and `scores` float32
+    [batch] (the sum of the teacher-forced log-probabilities of `outputs`). The fast
+    engine's decodes also carry `decode_steps` (steps its batch's loop ran; it stops once
+    every row has ended), `decode_row_steps` (rows those steps computed, summed: finished
+    lines leave the loop) and `decode_loop_rows` (batch x beams).
     Settings: `beam_size` (1: greedy or sampling), `alpha` (beam length penalty),
     `temperature` (0: greedy), `top_k` (0: off), `max_decode_length` (0: targets_length),
     and `compute_scores=False`, which lets a decode return 0 for `scores` (beam search ranks
     by them and returns them anyway, and scoring always does).
     """
     decode: settings.DecodeSettings = params["decode"]
-    if decode.engine == "fast":
+    if decode.engine == "fast":  # on one device, batches of any size
         return _fast_predict_spec(config, features, decode)
+    check_static_batch(config, features)
     g, f = graph.for_batch(config, features, params)
     return _mesh_predict_spec(g, f, decode)
 

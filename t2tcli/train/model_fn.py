@@ -4,7 +4,8 @@ Contract (used by t2t-train, t2t-eval, t2t-decode and t2t-export)
 -----------------------------------------------------------------
 `t2tcli.train.estimator.build_estimator(model_dir, config, ...)` returns an
 Estimator (a TPUEstimator with `tpu=...`) whose input_fn must yield static shapes (mtf
-needs them; the caller pads the last batch to the full batch size):
+needs them; the caller pads the last batch to the full batch size; only the fast decode
+engine's PREDICT takes batches of any size):
 
 * TRAIN / EVAL features: `inputs`, `targets` int32 [batch, length] (ids ending in
   EOS=1, 0-padded); optionally packed, with `inputs_segmentation`,
@@ -72,20 +73,25 @@ def make_model_fn(
     ) -> Any:
         del labels
         params = params or {}
-        batch_size = features["inputs"].shape[0]
-        if batch_size is None:
-            raise ValueError("model_fn needs a static batch size: batch with drop_remainder=True (pad the last batch)")
-        meshlib.check_batch(model_config.mesh, int(batch_size))
         if mode == ModeKeys.PREDICT:
             if predict is None:
                 raise ValueError("this Estimator was built without a decoder: build it with t2tcli.decode.tf_predict")
             return predict(model_config, features, params)
+        check_static_batch(model_config, features)
         g, f = graph.for_batch(model_config, features, params)
         if mode == ModeKeys.TRAIN:
             return _train_spec(g, f, features, model_dir, train, _task_name(config))
         return _eval_spec(g, f)
 
     return model_fn
+
+
+def check_static_batch(model_config: ModelConfig, features: dict[str, tf.Tensor]) -> None:
+    """A mesh-tensorflow graph needs a batch size known when it is built, that its mesh splits evenly."""
+    batch_size = features["inputs"].shape[0]
+    if batch_size is None:
+        raise ValueError("model_fn needs a static batch size: batch with drop_remainder=True (pad the last batch)")
+    meshlib.check_batch(model_config.mesh, int(batch_size))
 
 
 def estimator_spec(use_tpu: bool, **kwargs: Any) -> Any:
