@@ -118,9 +118,9 @@ def fast_session_config(base: tf1.ConfigProto, workers: int = 1) -> tf1.ConfigPr
     config.CopyFrom(base)
     config.graph_options.rewrite_options.disable_meta_optimizer = True
     if workers > 1:
-        # The session's own intra-op pool (t2tcli.compat lets each session size one).
+        # The session's own intra-op pool (t2tcli.compat lets each session size one); the
+        # inter-op pool, a thread per core, is the process's.
         config.intra_op_parallelism_threads = 1
-        config.inter_op_parallelism_threads = workers
     return config
 
 
