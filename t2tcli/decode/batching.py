@@ -51,6 +51,12 @@ def fit(ids: list[int], length: int) -> tuple[list[int], bool]:
     return ids + [EOS_ID], False
 
 
+def real_rows(features: Features) -> np.ndarray:
+    """Positions of a batch's rows that hold a line. The rest pad the batch to its size: a
+    lone EOS, as an input with no tokens would be, and engines answer both with nothing."""
+    return np.flatnonzero(features["inputs"][:, 0] != EOS_ID)
+
+
 def _pad(rows: list[list[int]], length: int) -> np.ndarray:
     out = np.full((len(rows), length), PAD_ID, dtype=np.int32)
     for i, ids in enumerate(rows):

@@ -14,6 +14,7 @@ Imports: core, interop, model, decode.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -132,7 +133,8 @@ def session_predict(
 
     With `workers` > 1, a batch runs on one thread, and a batch that no other batch runs
     beside is fed in a part per worker instead (t2tcli.decode.side_by_side): the graph
-    takes batches of any number of rows. Batches of one line keep every thread.
+    takes batches of any number of rows, so a batch's padding rows are not fed at all.
+    Batches of one line keep every thread.
     Only for the fast engine's graph: plain TensorFlow whose variables restore by name
     and which needs no Estimator hooks.
     Batches are fed as arrays rather than through tf.data, so an error raised while
@@ -144,7 +146,6 @@ def session_predict(
         # Batches side by side, and a lone batch's parts. A batch of one line has no parts:
         # it keeps every thread instead, as an interactive decode's lines do.
         parts = min(workers, rows)
-        part = side_by_side.part_rows(rows, parts)
         graph = tf.Graph()
         with graph.as_default():
             features = {k: tf1.placeholder(tf.int32, [None, length], name=k) for k, (_, length) in shapes.items()}
@@ -159,20 +160,49 @@ def session_predict(
             def run(batch: dict[str, np.ndarray]) -> Future:
                 return pool.submit(session.run, spec.predictions, {features[k]: v for k, v in batch.items()})
 
-            def submit(batch: dict[str, np.ndarray], split: bool) -> list[Future]:
-                return [run(p) for p in _split(batch, part)] if split and part < rows else [run(batch)]
+            def submit(batch: dict[str, np.ndarray], split: bool) -> _Fed:
+                # Only the rows that hold a line are fed (the graph takes any number): a
+                # padding row would cost as much as a real one.
+                real = batching.real_rows(batch)
+                fed = {k: v[real] for k, v in batch.items()} if 0 < len(real) < len(batch["inputs"]) else batch
+                part = side_by_side.part_rows(len(fed["inputs"]), parts)
+                whole = not split or part == len(fed["inputs"])
+                return _Fed(batch, real, [run(fed)] if whole else [run(p) for p in _split(fed, part)])
 
-            def finish(running: list[Future]) -> Iterator[dict[str, Any]]:
-                results = [r.result() for r in running]
-                counts = _joined_counts(results)
-                for result in results:
-                    for i in range(len(next(iter(result.values())))):
-                        yield {**{k: v[i] for k, v in result.items()}, **counts}
+            def finish(running: _Fed) -> Iterator[dict[str, Any]]:
+                yield from running.rows([r.result() for r in running.results])
 
             with ThreadPoolExecutor(in_flight + parts) as pool:
                 yield from side_by_side.run(batches(), submit, finish, in_flight)
 
     return predict
+
+
+@dataclasses.dataclass
+class _Fed:
+    """A batch in the session: its rows that were fed (`real`), and the runs of its parts."""
+
+    batch: dict[str, np.ndarray]
+    real: np.ndarray
+    results: list[Future]
+
+    def rows(self, results: list[dict[str, np.ndarray]]) -> Iterator[dict[str, Any]]:
+        """One result per row of the batch, its padding rows' zeros; every row carries the
+        loop counts of the whole batch."""
+        counts = _joined_counts(results)
+        values = {k: np.concatenate([r[k] for r in results]) for k in results[0] if k not in counts}
+        size = len(self.batch["inputs"])
+        if len(next(iter(values.values()))) < size:
+            values = {k: _scattered(v, self.real, size) for k, v in values.items()}
+        for i in range(size):
+            yield {**{k: v[i] for k, v in values.items()}, **counts}
+
+
+def _scattered(values: np.ndarray, at: np.ndarray, size: int) -> np.ndarray:
+    """`values` placed at rows `at` of `size` rows of zeros."""
+    out = np.zeros((size, *values.shape[1:]), values.dtype)
+    out[at] = values
+    return out
 
 
 def _split(batch: dict[str, np.ndarray], part: int) -> Iterator[dict[str, np.ndarray]]:
@@ -185,7 +215,7 @@ def _split(batch: dict[str, np.ndarray], part: int) -> Iterator[dict[str, np.nda
 def _joined_counts(results: list[dict[str, np.ndarray]]) -> dict[str, Any]:
     """The decode loop's counts of a batch run in parts, as if it had run whole: the steps
     of its longest part, the rows of all of them."""
-    if len(results) == 1 or _LOOP_COUNTS[0] not in results[0]:
+    if _LOOP_COUNTS[0] not in results[0]:
         return {}
     steps, row_steps, loop_rows = ([r[k][0] for r in results] for k in _LOOP_COUNTS)
     return dict(zip(_LOOP_COUNTS, (max(steps), sum(row_steps), sum(loop_rows)), strict=True))
