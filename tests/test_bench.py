@@ -8,6 +8,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -489,3 +490,85 @@ def test_a_traced_decode_is_split_by_the_sublayer_each_op_sits_in(beam_size):
     events = [e for e in json.loads(trace)["traceEvents"] if e.get("ph") == "X"]
     kinds = {step_trace.kind_of_work(e, decode_step.DECODE_KINDS) for e in events}
     assert {label for label, _ in decode_step.DECODE_KINDS} <= kinds
+
+
+def test_every_decode_system_runs_the_same_search_each_line_until_it_ends(tmp_path, monkeypatch):
+    """bench/decode.py's ratios are fair only if every system is asked for the same thing:
+    the same lines in batches of the same size, the same beam, at most the same number of
+    new tokens, no sampling, and no minimum length that would hold a peer to the full
+    length where t2t-decode stops at EOS."""
+    torch = pytest.importorskip("torch")
+    import subprocess
+    import types
+
+    import decode
+    import openvino_peer
+
+    length, beam, batches = 7, 4, [[[5, 6, 1], [7, 1]], [[8, 1]]]
+    src = tmp_path / "in.txt"
+    src.write_text("a b\nc\nd\n")
+    asked: dict[str, dict] = {}
+
+    def ask(system: str, rows: int, **search) -> None:
+        seen = asked.setdefault(system, {"lines": 0, "batch": 0})
+        seen.update(search, lines=seen["lines"] + rows, batch=max(seen["batch"], rows))
+
+    def generate_for(system):
+        def generate(**kw):
+            least = kw.get("min_new_tokens", 0) or max(0, kw.get("min_length", 0) - 1)
+            rows = len(kw["input_ids"])
+            ask(system, rows, beam=kw.get("num_beams", 1), most=kw.get("max_new_tokens"), least=least)
+            ask(system, 0, sampled=kw.get("do_sample", False))
+            return torch.ones((rows, length + 1), dtype=torch.long)
+
+        generator = types.SimpleNamespace(generate=generate)
+        generator.eval = lambda: generator
+        return generator
+
+    class Translator:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def translate_batch(self, sources, **kw):
+            system = "CTranslate2 int8" if kw["asynchronous"] else "CTranslate2 int8, a batch at a time"
+            # Defaults as CTranslate2 has them.
+            most, least = kw.get("max_decoding_length", 256), kw.get("min_decoding_length", 0)
+            ask(system, len(sources), beam=kw.get("beam_size", 2), most=most, least=least)
+            ask(system, 0, sampled=kw.get("sampling_topk", 1) != 1)
+            done = types.SimpleNamespace(hypotheses=[["x"] * length])
+            return [types.SimpleNamespace(result=lambda d=done: d) if kw["asynchronous"] else done for _ in sources]
+
+    def t2t(name, *args):
+        flags = dict(a[2:].split("=", 1) for a in args if "=" in a)
+        hp = dict(kv.split("=") for kv in flags["decode_hparams"].split(","))
+        # What each line's search is asked for; a line ends at its EOS (there is no minimum).
+        assert set(hp) <= {"beam_size", "alpha", "batch_size", "max_decode_length", "engine", "quantization"}
+        lines = len(Path(flags["decode_from_file"]).read_text().splitlines())
+        system = "t2t-decode fast (TF)"
+        ask(system, lines, beam=int(hp["beam_size"]), most=int(hp["max_decode_length"]), least=0, sampled=False)
+        asked[system]["batch"] = int(hp["batch_size"])
+        return subprocess.CompletedProcess(args, 0, "", "3 lines (0 empty), 9 output tokens in 2.0 s (1.0 s start-up)")
+
+    model_for: dict[str, Any] = {}
+    model = types.SimpleNamespace(from_pretrained=lambda path, **kw: model_for[path])
+    monkeypatch.setitem(sys.modules, "transformers", types.SimpleNamespace(AutoModelForSeq2SeqLM=model))
+    monkeypatch.setitem(sys.modules, "ctranslate2", types.SimpleNamespace(Translator=Translator))
+    core = types.SimpleNamespace(get_property=lambda device, key: "bf16")
+    monkeypatch.setitem(sys.modules, "openvino", types.SimpleNamespace(Core=lambda: core))
+    monkeypatch.setitem(sys.modules, "optimum", types.ModuleType("optimum"))
+    monkeypatch.setitem(sys.modules, "optimum.intel", types.SimpleNamespace(OVModelForSeq2SeqLM=model))
+    monkeypatch.setattr(decode, "binary", t2t)
+    monkeypatch.setattr(decode, "token_names", lambda ct2_dir, b: [str(i) for i in range(16)])
+    monkeypatch.setattr(openvino_peer, "_peer", lambda venv, cmd, ir, req, timeout: openvino_peer._decode_here(ir, req))
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+    args = types.SimpleNamespace(max_decode_length=length, batch_size=2)
+    paths = {"model_dir": tmp_path / "model", "hf_dir": tmp_path / "hf", "int8": tmp_path / "ct2", "work": tmp_path}
+    paths |= {"ov_venv": tmp_path / "venv", "ov_float": tmp_path / "ov", "ov_int8": tmp_path / "ov"}
+    systems = ["t2t-decode fast (TF)", "HF generate float32", "CTranslate2 int8", "CTranslate2 int8, a batch at a time"]
+    systems += ["OpenVINO default"]
+    for name in systems:
+        model_for[str(paths["hf_dir"])] = model_for[str(paths["ov_float"])] = generate_for(name)
+        decode.measure(name, beam, src, batches, paths, args)
+    assert list(asked) == systems
+    want = {"lines": 3, "batch": 2, "beam": beam, "most": length, "least": 0, "sampled": False}
+    assert {name: want for name in asked} == asked
