@@ -10,7 +10,7 @@ has a distinct token name, so outputs map back to the ids the TF engines would g
 Everything around decoding (reading lines, batching by length, putting results back in
 order, writing) stays t2t-decode's; this module is a `batching.PredictFn`.
 
-Imports: core, io, data, model and decode (settings, side_by_side).
+Imports: core, io, data, model and decode (batching, settings, side_by_side).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 from absl import logging
 
 from t2tcli.data.vocabulary.vocab import EOS_ID, PAD_ID, Vocabulary
-from t2tcli.decode import side_by_side
+from t2tcli.decode import batching, side_by_side
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.io import atomic, fs
@@ -268,12 +268,10 @@ class Predictor:
         self.decode = decode
         self.length = decode.targets_length(hp)
 
-    def _source(self, row: np.ndarray) -> list[str] | None:
-        """A batch row's tokens up to its EOS; None for a padding row (a lone EOS)."""
+    def _source(self, row: np.ndarray) -> list[str]:
+        """A batch row's tokens up to its EOS."""
         ends = np.flatnonzero(row == EOS_ID)
         n = int(ends[0]) + 1 if ends.size else int(np.count_nonzero(row))
-        if n <= 1:
-            return None
         return [self.tokens[i] for i in row[:n].tolist()]
 
     def _translate(self, sources: list[list[str]], part: int) -> list[Any]:
@@ -313,9 +311,8 @@ class Predictor:
         started = time.perf_counter()
         inputs = batch["inputs"]
         targets = batch.get("targets")
-        sources = [self._source(row) for row in inputs]
-        real = [i for i, s in enumerate(sources) if s is not None]
-        picked = [sources[i] for i in real]
+        real = batching.real_rows(batch).tolist()
+        picked = [self._source(inputs[i]) for i in real]
         results = []
         if real:
             part = side_by_side.part_rows(len(picked), self.workers) if split else 0  # 0: the whole batch
