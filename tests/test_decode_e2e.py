@@ -123,12 +123,16 @@ def test_batches_in_flight_keep_each_row_its_own_result(toy_model):  # noqa: F81
     assert len({tuple(ids) for ids in alone}) >= len(lines) - 2
 
 
-@pytest.mark.parametrize("read_ahead", [True, False])
-def test_fast_engine_splits_a_batch_no_other_batch_runs_beside(toy_model, monkeypatch, read_ahead):  # noqa: F811
-    """With a batch on each core, the input's last batch (and with no read-ahead, as an
-    interactive decode runs, every batch) is fed in a part per worker, so a lone batch
-    still uses every core; padding rows are not fed; rows keep their own results, and the
-    batch's counts are whole."""
+@pytest.mark.parametrize(
+    ("read_ahead", "count", "fed"),
+    [(True, 10, [4, 4, 1, 1]), (True, 8, [4, 4]), (False, 10, [2, 2, 2, 2, 1, 1])],
+)
+def test_fast_engine_splits_a_batch_no_other_batch_runs_beside(toy_model, monkeypatch, read_ahead, count, fed):  # noqa: F811
+    """With a batch on each of 2 workers, the input's last batch is fed in a part per
+    worker where it would run alone (an odd number of batches), and whole beside the
+    batch before it; with no read-ahead, as an interactive decode runs, every batch is
+    split. Padding rows are not fed; rows keep their own results, and the batch's counts
+    are whole."""
     from t2tcli.compat import tf
     from t2tcli.decode import batching, engines, settings, tf_predict
     from t2tcli.model import loading
@@ -137,24 +141,25 @@ def test_fast_engine_splits_a_batch_no_other_batch_runs_beside(toy_model, monkey
     model = loading.load(toy_model["model_dir"], hparams="activation_dtype=float32")
     _, path = resolve(toy_model["model_dir"], None)
     estimator = tf_predict.estimator_for(model, settings.parse_decode_hparams("engine=fast", model.hparams))
-    lines = ["a b c", "j", "d e f g h", "c c", "a b c d e f", "h g", "i", "b d f h j", "e e e"]
+    lines = ["a b c", "j", "d e f g h", "c c", "a b c d e f", "h g", "i", "b d f h j", "e e e", "f a"][:count]
     rows = [batching.Row(i, batching.fit(model.vocab.encode(x), 16)[0]) for i, x in enumerate(lines)]
     alone = batching.predict_rows(rows, engines.session_predict(estimator, path, in_flight=1), 1, 16)
 
-    fed: list[int] = []
+    rows_fed: list[int] = []
 
     class RowsFed(tf.compat.v1.Session):
         def run(self, fetches, feed_dict=None, **kwargs):
-            fed.extend(len(v) for k, v in (feed_dict or {}).items() if str(getattr(k, "name", k)).startswith("inputs"))
+            feeds = (feed_dict or {}).items()
+            rows_fed.extend(len(v) for k, v in feeds if str(getattr(k, "name", k)).startswith("inputs"))
             return super().run(fetches, feed_dict, **kwargs)
 
     monkeypatch.setattr(tf.compat.v1, "Session", RowsFed)
     predict = engines.session_predict(estimator, path, in_flight=2 if read_ahead else 1, workers=2)
     results = batching.predict_rows(rows, predict, 4, 16)
-    # Batches of 4 rows: the last one's single line comes padded to 4, and goes alone.
-    assert fed == ([4, 4, 1] if read_ahead else [2, 2, 2, 2, 1])
+    # Batches of 4 rows; of 10 lines, the last batch holds 2 and 2 rows of padding.
+    assert rows_fed == fed
     assert [[int(i) for i in r["outputs"]] for r in results] == [[int(i) for i in r["outputs"]] for r in alone]
-    assert sorted(int(r["decode_loop_rows"]) for r in results) == [1] + [4] * 8
+    assert sorted(int(r["decode_loop_rows"]) for r in results) == [2] * (count % 4) + [4] * (count - count % 4)
 
 
 @pytest.mark.parametrize("flag", ["--decode_hparams=beam_size=0", "--decode_hparams=beam=4"])

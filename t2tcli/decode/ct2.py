@@ -241,10 +241,11 @@ class Predictor:
     """A `batching.PredictFn` on a CTranslate2 Translator, up to `in_flight` batches in the
     engine before the oldest one's rows are handed back.
 
-    A batch runs whole on one worker while other batches keep the rest busy. Where none
-    will (the input's last batch, and every batch when `in_flight` is 1, as an interactive
-    decode answers each batch before reading the next), the batch is split into one part
-    per worker, so a lone batch still runs on every core (t2tcli.decode.side_by_side).
+    A batch runs whole on one worker while other batches keep the rest busy. The input's
+    last batch is split over the workers the batches before it leave idle, and every batch
+    is split into one part per worker when `in_flight` is 1 (an interactive decode answers
+    each batch before reading the next), so no core waits idle beside a lone batch
+    (t2tcli.decode.side_by_side).
     CTranslate2 runs a batch on each core as its `inter_threads`, one thread each."""
 
     def __init__(
@@ -305,9 +306,9 @@ class Predictor:
             sources, target_tokens, max_input_length=0, max_batch_size=part, asynchronous=True
         )
 
-    def _submit(self, batch: dict[str, np.ndarray], split: bool) -> _Submitted:
-        """`batch` handed to the engine: whole to one worker, or `split` into a part per worker
-        (CTranslate2 runs each part of at most `max_batch_size` lines as a job of its own)."""
+    def _submit(self, batch: dict[str, np.ndarray], parts: int) -> _Submitted:
+        """`batch` handed to the engine in `parts` parts, one a worker (CTranslate2 runs each
+        part of at most `max_batch_size` lines as a job of its own)."""
         started = time.perf_counter()
         inputs = batch["inputs"]
         targets = batch.get("targets")
@@ -315,7 +316,7 @@ class Predictor:
         picked = [self._source(inputs[i]) for i in real]
         results = []
         if real:
-            part = side_by_side.part_rows(len(picked), self.workers) if split else 0  # 0: the whole batch
+            part = side_by_side.part_rows(len(picked), parts) if parts > 1 else 0  # 0: the whole batch
             results = self._translate(picked, part) if targets is None else self._score(picked, targets[real], part)
         return _Submitted(inputs, targets, real, results, time.perf_counter() - started)
 
@@ -346,4 +347,4 @@ class Predictor:
             yield {"outputs": outputs[i], "scores": scores[i], **extra}
 
     def __call__(self, batches: Callable[[], Iterator[dict[str, np.ndarray]]], shapes: dict[str, tuple[int, int]]):
-        yield from side_by_side.run(batches(), self._submit, self._finish, self.in_flight)
+        yield from side_by_side.run(batches(), self._submit, self._finish, self.in_flight, self.workers)

@@ -131,9 +131,10 @@ def session_predict(
     """A `batching.PredictFn` running the model_fn's PREDICT graph in a session of its own,
     `in_flight` batches at a time, rows yielded in batch order.
 
-    With `workers` > 1, a batch runs on one thread, and a batch that no other batch runs
-    beside is fed in a part per worker instead (t2tcli.decode.side_by_side): the graph
-    takes batches of any number of rows, so a batch's padding rows are not fed at all.
+    With `workers` > 1, a batch runs on one thread, and the input's last batch is fed in
+    parts over the workers the batches before it leave idle, every batch when `in_flight`
+    is 1 (t2tcli.decode.side_by_side): the graph takes batches of any number of rows, so
+    a batch's padding rows are not fed at all.
     Batches of one line keep every thread.
     Only for the fast engine's graph: plain TensorFlow whose variables restore by name
     and which needs no Estimator hooks.
@@ -160,20 +161,19 @@ def session_predict(
             def run(batch: dict[str, np.ndarray]) -> Future:
                 return pool.submit(session.run, spec.predictions, {features[k]: v for k, v in batch.items()})
 
-            def submit(batch: dict[str, np.ndarray], split: bool) -> _Fed:
+            def submit(batch: dict[str, np.ndarray], into: int) -> _Fed:
                 # Only the rows that hold a line are fed (the graph takes any number): a
                 # padding row would cost as much as a real one.
                 real = batching.real_rows(batch)
                 fed = {k: v[real] for k, v in batch.items()} if 0 < len(real) < len(batch["inputs"]) else batch
-                part = side_by_side.part_rows(len(fed["inputs"]), parts)
-                whole = not split or part == len(fed["inputs"])
-                return _Fed(batch, real, [run(fed)] if whole else [run(p) for p in _split(fed, part)])
+                part = side_by_side.part_rows(len(fed["inputs"]), min(into, parts))
+                return _Fed(batch, real, [run(p) for p in _split(fed, part)])
 
             def finish(running: _Fed) -> Iterator[dict[str, Any]]:
                 yield from running.rows([r.result() for r in running.results])
 
             with ThreadPoolExecutor(in_flight + parts) as pool:
-                yield from side_by_side.run(batches(), submit, finish, in_flight)
+                yield from side_by_side.run(batches(), submit, finish, in_flight, parts)
 
     return predict
 
