@@ -167,7 +167,7 @@ def session_predict(
                 real = batching.real_rows(batch)
                 fed = {k: v[real] for k, v in batch.items()} if 0 < len(real) < len(batch["inputs"]) else batch
                 part = side_by_side.part_rows(len(fed["inputs"]), min(into, parts))
-                return _Fed(batch, real, [run(p) for p in _split(fed, part)])
+                return _Fed(len(batch["inputs"]), real, [run(p) for p in _split(fed, part)])
 
             def finish(running: _Fed) -> Iterator[dict[str, Any]]:
                 yield from running.rows([r.result() for r in running.results])
@@ -180,9 +180,9 @@ def session_predict(
 
 @dataclasses.dataclass
 class _Fed:
-    """A batch in the session: its rows that were fed (`real`), and the runs of its parts."""
+    """A batch in the session: its rows, those that were fed (`real`), and the runs of its parts."""
 
-    batch: dict[str, np.ndarray]
+    size: int
     real: np.ndarray
     results: list[Future]
 
@@ -191,10 +191,9 @@ class _Fed:
         loop counts of the whole batch."""
         counts = _joined_counts(results)
         values = {k: np.concatenate([r[k] for r in results]) for k in results[0] if k not in counts}
-        size = len(self.batch["inputs"])
-        if len(next(iter(values.values()))) < size:
-            values = {k: _scattered(v, self.real, size) for k, v in values.items()}
-        for i in range(size):
+        if len(next(iter(values.values()))) < self.size:
+            values = {k: _scattered(v, self.real, self.size) for k, v in values.items()}
+        for i in range(self.size):
             yield {**{k: v[i] for k, v in values.items()}, **counts}
 
 
