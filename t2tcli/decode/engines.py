@@ -131,11 +131,10 @@ def session_predict(
     """A `batching.PredictFn` running the model_fn's PREDICT graph in a session of its own,
     `in_flight` batches at a time, rows yielded in batch order.
 
-    With `workers` > 1, a batch runs on one thread, and the input's last batch is fed in
-    parts over the workers the batches before it leave idle, every batch when `in_flight`
-    is 1 (t2tcli.decode.side_by_side): the graph takes batches of any number of rows, so
-    a batch's padding rows are not fed at all.
-    Batches of one line keep every thread.
+    With `workers` > 1, a batch runs on one thread. The input's last batch is fed in parts
+    over the workers the batches before it leave idle, and every batch is when `in_flight`
+    is 1 (t2tcli.decode.side_by_side). The graph takes batches of any number of rows, so a
+    batch's padding rows are not fed at all. Batches of one line keep every thread.
     Only for the fast engine's graph: plain TensorFlow whose variables restore by name
     and which needs no Estimator hooks.
     Batches are fed as arrays rather than through tf.data, so an error raised while
