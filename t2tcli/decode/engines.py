@@ -165,7 +165,7 @@ def session_predict(
                 # padding row would cost as much as a real one.
                 real = batching.real_rows(batch)
                 fed = {k: v[real] for k, v in batch.items()} if 0 < len(real) < len(batch["inputs"]) else batch
-                part = side_by_side.part_rows(len(fed["inputs"]), min(into, parts))
+                part = side_by_side.part_rows(len(fed["inputs"]), into)
                 return _Fed(len(batch["inputs"]), real, [run(p) for p in _split(fed, part)])
 
             def finish(running: _Fed) -> Iterator[dict[str, Any]]:
