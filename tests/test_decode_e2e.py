@@ -123,6 +123,22 @@ def test_batches_in_flight_keep_each_row_its_own_result(toy_model):  # noqa: F81
     assert len({tuple(ids) for ids in alone}) >= len(lines) - 2
 
 
+def _count_rows_fed(monkeypatch) -> list[int]:
+    """The rows each session run is fed from here on, in order."""
+    from t2tcli.compat import tf
+
+    rows_fed: list[int] = []
+
+    class RowsFed(tf.compat.v1.Session):
+        def run(self, fetches, feed_dict=None, **kwargs):
+            feeds = (feed_dict or {}).items()
+            rows_fed.extend(len(v) for k, v in feeds if str(getattr(k, "name", k)).startswith("inputs"))
+            return super().run(fetches, feed_dict, **kwargs)
+
+    monkeypatch.setattr(tf.compat.v1, "Session", RowsFed)
+    return rows_fed
+
+
 @pytest.mark.parametrize(
     ("read_ahead", "count", "fed"),
     [(True, 10, [4, 4, 1, 1]), (True, 8, [4, 4]), (False, 10, [2, 2, 2, 2, 1, 1])],
@@ -133,7 +149,6 @@ def test_fast_engine_splits_a_batch_no_other_batch_runs_beside(toy_model, monkey
     batch before it; with no read-ahead, as an interactive decode runs, every batch is
     split. Padding rows are not fed; rows keep their own results, and the batch's counts
     are whole."""
-    from t2tcli.compat import tf
     from t2tcli.decode import batching, engines, settings, tf_predict
     from t2tcli.model import loading
     from t2tcli.model.checkpoints import resolve
@@ -145,21 +160,32 @@ def test_fast_engine_splits_a_batch_no_other_batch_runs_beside(toy_model, monkey
     rows = [batching.Row(i, batching.fit(model.vocab.encode(x), 16)[0]) for i, x in enumerate(lines)]
     alone = batching.predict_rows(rows, engines.session_predict(estimator, path, in_flight=1), 1, 16)
 
-    rows_fed: list[int] = []
-
-    class RowsFed(tf.compat.v1.Session):
-        def run(self, fetches, feed_dict=None, **kwargs):
-            feeds = (feed_dict or {}).items()
-            rows_fed.extend(len(v) for k, v in feeds if str(getattr(k, "name", k)).startswith("inputs"))
-            return super().run(fetches, feed_dict, **kwargs)
-
-    monkeypatch.setattr(tf.compat.v1, "Session", RowsFed)
+    rows_fed = _count_rows_fed(monkeypatch)
     predict = engines.session_predict(estimator, path, in_flight=2 if read_ahead else 1, workers=2)
     results = batching.predict_rows(rows, predict, 4, 16)
     # Batches of 4 rows; of 10 lines, the last batch holds 2 and 2 rows of padding.
     assert rows_fed == fed
     assert [[int(i) for i in r["outputs"]] for r in results] == [[int(i) for i in r["outputs"]] for r in alone]
     assert sorted(int(r["decode_loop_rows"]) for r in results) == [2] * (count % 4) + [4] * (count - count % 4)
+
+
+def test_fast_engine_answers_inputs_with_no_tokens_with_nothing_whatever_their_batch(toy_model, monkeypatch):  # noqa: F811
+    """An input with no tokens looks like padding and gets zeros back, beside lines or in
+    a batch of its own; such a batch runs one row, not all of them."""
+    from t2tcli.decode import batching, engines, settings, tf_predict
+    from t2tcli.model import loading
+    from t2tcli.model.checkpoints import resolve
+
+    model = loading.load(toy_model["model_dir"], hparams="activation_dtype=float32")
+    _, path = resolve(toy_model["model_dir"], None)
+    estimator = tf_predict.estimator_for(model, settings.parse_decode_hparams("engine=fast", model.hparams))
+    # Longest first, in batches of 4: three lines and an empty input, then four empty inputs.
+    lines = ["a b c d", "", "b c d", "", "c d", "", "", ""]
+    rows = [batching.Row(i, batching.fit(model.vocab.encode(x), 16)[0]) for i, x in enumerate(lines)]
+    rows_fed = _count_rows_fed(monkeypatch)
+    results = batching.predict_rows(rows, engines.session_predict(estimator, path, workers=2), 4, 16)
+    assert rows_fed == [3, 1]
+    assert [r["outputs"].any() or r["scores"].any() for r in results] == [bool(line) for line in lines]
 
 
 @pytest.mark.parametrize("flag", ["--decode_hparams=beam_size=0", "--decode_hparams=beam=4"])

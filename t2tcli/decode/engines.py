@@ -162,9 +162,12 @@ def session_predict(
 
             def submit(batch: dict[str, np.ndarray], into: int) -> _Fed:
                 # Only the rows that hold a line are fed (the graph takes any number): a
-                # padding row would cost as much as a real one.
+                # padding row would cost as much as a real one. A batch of no line (every
+                # input with no tokens) feeds its first row alone, for the results' shapes,
+                # and all its rows get zeros, as such an input does beside lines.
                 real = batching.real_rows(batch)
-                fed = {k: v[real] for k, v in batch.items()} if 0 < len(real) < len(batch["inputs"]) else batch
+                rows = real if len(real) else slice(0, 1)
+                fed = {k: v[rows] for k, v in batch.items()} if len(real) < len(batch["inputs"]) else batch
                 part = side_by_side.part_rows(len(fed["inputs"]), into)
                 return _Fed(len(batch["inputs"]), real, [run(p) for p in _split(fed, part)])
 
@@ -190,8 +193,8 @@ class _Fed:
         loop counts of the whole batch."""
         counts = _joined_counts(results)
         values = {k: np.concatenate([r[k] for r in results]) for k in results[0] if k not in counts}
-        if len(next(iter(values.values()))) < self.size:
-            values = {k: _scattered(v, self.real, self.size) for k, v in values.items()}
+        if len(self.real) < self.size:
+            values = {k: _scattered(v[: len(self.real)], self.real, self.size) for k, v in values.items()}
         for i in range(self.size):
             yield {**{k: v[i] for k, v in values.items()}, **counts}
 
