@@ -12,7 +12,7 @@ from toy_model import SAVE_EVERY, toy_model  # noqa: F401  (session fixture)
 
 from t2tcli.compat import tf
 from t2tcli.data.vocabulary.vocab import EOS_ID, Vocabulary
-from t2tcli.decode import fast, fast_kernels, fast_top_k, fast_weights, search, tf_predict
+from t2tcli.decode import fast, fast_kernels, fast_step, fast_top_k, fast_weights, search, tf_predict
 from t2tcli.decode.settings import DecodeSettings
 from t2tcli.errors import UserError
 from t2tcli.model import config as model_config
@@ -189,6 +189,24 @@ def test_finished_inputs_leave_the_loop_without_changing_its_answers(toy, decode
     np.testing.assert_allclose(leaving["scores"], staying["scores"], rtol=1e-5, atol=1e-5)
     ends = [np.flatnonzero(row == EOS_ID)[0] for row in staying["ids"]]
     assert len(set(ends)) > 1, "the toy's lines end at different steps"
+
+
+@pytest.mark.parametrize("recent_steps, beam_onednn", [(1, False), (3, True)], ids=["eigen", "onednn"])
+def test_beam_caches_moved_into_their_older_part_change_no_answer(toy, recent_steps, beam_onednn, monkeypatch):
+    """Beam search's caches move their recent positions into the part kept by input every
+    few steps, after which each row reads the older part through its beam mask (on either
+    kernel an input's beams attend with): the answers and scores are those of caches
+    never moved (16 steps: the toy's whole decode), also as inputs leave the loop."""
+    decode = {"beam_size": 4, "alpha": 0.6}
+    monkeypatch.setattr(fast_kernels, "beam_attention_on_onednn", lambda: beam_onednn)
+    monkeypatch.setattr(fast_step, "RECENT_STEPS", 16)
+    one_piece = _search(toy, decode)
+    monkeypatch.setattr(fast_step, "RECENT_STEPS", recent_steps)
+    moved = _search(toy, decode)
+    assert moved["steps"] == one_piece["steps"] > recent_steps + 1
+    assert moved["row_steps"] < BATCH * 4 * moved["steps"], "inputs left the loop"
+    np.testing.assert_array_equal(moved["ids"], one_piece["ids"])
+    np.testing.assert_allclose(moved["scores"], one_piece["scores"], rtol=1e-5, atol=1e-5)
 
 
 def test_bfloat16_decodes_like_float32(toy):

@@ -60,24 +60,47 @@ def dense(x: tf.Tensor, kernel: tf.Tensor, transpose: bool = False) -> tf.Tensor
     return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], tf.shape(flat)[-1:]], axis=0))
 
 
+def on_eigen(queries: int | None) -> bool:
+    """Whether attention with `queries` queries per product multiplies on Eigen's batch
+    matmul (BatchMatMulV3, which oneDNN leaves alone) with an element-wise softmax.
+
+    A decode step's queries make hundreds of [queries x d_kv] x [d_kv x positions]
+    products. With one query each (greedy decoding, every self-attention step), Eigen's
+    products beat oneDNN's wherever measured (an AVX512-BF16 CPU as itself and held back
+    to AVX2); a beam step's several queries per input go to oneDNN where it runs AVX-512
+    (kernel_layout.beam_attention_on_onednn). Longer queries (the encoder, teacher
+    forcing) stay with oneDNN, several times faster.
+    """
+    decode_step = queries is not None and queries <= DECODE_QUERIES
+    return decode_step and (queries == 1 or not beam_attention_on_onednn())
+
+
+def attention_logits(q: tf.Tensor, k: tf.Tensor, eigen: bool) -> tf.Tensor:
+    """Float32 q k^T of [..., length, d_kv] tensors, on the kernel on_eigen chose."""
+    q, k = tf.cast(q, tf.float32), tf.cast(k, tf.float32)
+    if eigen:
+        return tf.raw_ops.BatchMatMulV3(x=q, y=k, adj_y=True, Tout=tf.float32)
+    return matmul(q, k, transpose_b=True)
+
+
+def softmax(logits: tf.Tensor, eigen: bool) -> tf.Tensor:
+    """Softmax over the last axis; element-wise ops beside Eigen's products, which beat
+    TensorFlow's fused softmax over a decode step's few positions."""
+    if not eigen:
+        return tf.nn.softmax(logits)
+    exp = tf.exp(logits - tf.reduce_max(logits, axis=-1, keepdims=True))
+    return exp / tf.reduce_sum(exp, axis=-1, keepdims=True)
+
+
+def attention_mix(weights: tf.Tensor, v: tf.Tensor, eigen: bool) -> tf.Tensor:
+    """Float32 weights [..., queries, length] times v [..., length, d_kv], in v's dtype."""
+    if eigen and v.dtype == tf.float32:  # Eigen's bfloat16 matmul is slow; oneDNN takes those
+        return tf.raw_ops.BatchMatMulV3(x=weights, y=v, Tout=tf.float32)
+    return matmul(tf.cast(weights, v.dtype), v)
+
+
 def attend(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
     """Softmax attention over [..., length, d_kv] tensors; logits in float32 as mesh-tf's."""
-    q, k = tf.cast(q, tf.float32), tf.cast(k, tf.float32)
-    queries = q.shape[-2]
-    decode_step = queries is not None and queries <= DECODE_QUERIES
-    if decode_step and (queries == 1 or not beam_attention_on_onednn()):
-        # A decode step's queries: hundreds of [queries x d_kv] x [d_kv x positions]
-        # products. With one query each (greedy decoding, every self-attention step),
-        # Eigen's batch matmul (BatchMatMulV3, which oneDNN leaves alone) and an
-        # element-wise softmax beat oneDNN's wherever measured (an AVX512-BF16 CPU as
-        # itself and held back to AVX2); a beam step's several queries per input go to
-        # oneDNN where it runs AVX-512 (kernel_layout.beam_attention_on_onednn). Longer
-        # queries (the encoder, teacher forcing) stay with oneDNN, several times faster.
-        logits = tf.raw_ops.BatchMatMulV3(x=q, y=k, adj_y=True, Tout=tf.float32) + bias
-        exp = tf.exp(logits - tf.reduce_max(logits, axis=-1, keepdims=True))
-        weights = exp / tf.reduce_sum(exp, axis=-1, keepdims=True)
-        if v.dtype == tf.float32:  # Eigen's bfloat16 matmul is slow; oneDNN takes those
-            return tf.raw_ops.BatchMatMulV3(x=weights, y=v, Tout=tf.float32)
-    else:
-        weights = tf.nn.softmax(matmul(q, k, transpose_b=True) + bias)
-    return matmul(tf.cast(weights, v.dtype), v)
+    eigen = on_eigen(q.shape[-2])
+    weights = softmax(attention_logits(q, k, eigen) + bias, eigen)
+    return attention_mix(weights, v, eigen)

@@ -13,6 +13,10 @@ from t2tcli.decode import fast, fast_kernels
 from t2tcli.decode.fast import Encoded
 from t2tcli.decode.fast_weights import Weights
 
+# Beam search's caches move their last positions into the part kept by input once they
+# are this many (BeamCaches).
+RECENT_STEPS = 16
+
 
 class Caches:
     """Self-attention keys and values of every decoder layer, [rows, heads, steps so far,
@@ -53,6 +57,77 @@ class Caches:
         return out[0], out[1]
 
 
+class BeamCaches:
+    """Beam search's self-attention keys and values: per decoder layer, an older part kept
+    by input and beam ([inputs, heads, beams, steps, d_kv]) and the last few positions
+    ([rows, heads, steps, d_kv]), with each row's beam of the older part (int32 [rows],
+    0 to beams - 1) shared by all layers.
+
+    Each step a row continues a hypothesis that may sit in another row, so a cache kept
+    in one piece is gathered by the rows' sources and then appended to: two copies of the
+    whole cache a step, a share of a beam step that grows with the output's length. Here
+    only the last positions (at most RECENT_STEPS) are gathered and appended to; a row
+    reads the older part of the beam it descends from through its attention's mask, and
+    the older part is rewritten only once every RECENT_STEPS steps, when the recent
+    positions move into it.
+    """
+
+    def __init__(
+        self, layers: int, inputs: tf.Tensor, beams: int, heads: int, d_kv: int, value_dtype: tf.DType
+    ) -> None:
+        self.layers, self.inputs, self.beams, self.heads, self.d_kv = layers, inputs, beams, heads, d_kv
+        self.value_dtype = value_dtype
+
+    def loop_vars(self) -> list[tf.Tensor]:
+        """The rows' beams, the recent keys and values of layer 0, 1, ..., then the
+        older keys and values of layer 0, 1, ...; see split()."""
+        rows = self.inputs * self.beams
+        dtypes = [dtype for _ in range(self.layers) for dtype in (tf.float32, self.value_dtype)]
+        recent = [tf.zeros([rows, self.heads, 0, self.d_kv], dtype) for dtype in dtypes]
+        older = [tf.zeros([self.inputs, self.heads, self.beams, 0, self.d_kv], dtype) for dtype in dtypes]
+        return [tf.range(rows) % self.beams, *recent, *older]
+
+    def loop_shapes(self) -> list[tf.TensorShape]:
+        """shape_invariants of loop_vars()."""
+        recent = tf.TensorShape([None, self.heads, None, self.d_kv])
+        older = tf.TensorShape([None, self.heads, self.beams, None, self.d_kv])
+        return [tf.TensorShape([None]), *[recent] * (2 * self.layers), *[older] * (2 * self.layers)]
+
+    def split(self, state: list[tf.Tensor]) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
+        """(the tensors kept by row, which follow the rows' sources; those kept by input,
+        which follow the inputs staying in the loop)."""
+        return state[: 1 + 2 * self.layers], state[1 + 2 * self.layers :]
+
+    def follow(self, state: list[tf.Tensor], source: tf.Tensor) -> list[tf.Tensor]:
+        """`state` for rows continuing rows `source` of the last step; the recent
+        positions moved into the older part once they are RECENT_STEPS."""
+        by_row, by_input = self.split(state)
+        by_row = [tf.gather(t, source) for t in by_row]
+        full = tf.shape(by_row[1])[2] >= RECENT_STEPS
+        return tf.cond(full, lambda: self._merged(by_row, by_input), lambda: by_row + by_input)
+
+    def _merged(self, by_row: list[tf.Tensor], by_input: list[tf.Tensor]) -> list[tf.Tensor]:
+        beam, recent = by_row[0], by_row[1:]
+        n, k = tf.shape(by_input[0])[0], self.beams
+        beam = tf.reshape(beam, [n, k])
+        older = []
+        for old, new in zip(by_input, recent, strict=True):
+            new = tf.transpose(tf.reshape(new, [n, k, self.heads, -1, self.d_kv]), [0, 2, 1, 3, 4])
+            older.append(tf.concat([tf.gather(old, beam, axis=2, batch_dims=1), new], axis=3))
+        rows = n * k
+        empty = [tf.zeros([rows, self.heads, 0, self.d_kv], t.dtype) for t in recent]
+        return [tf.range(rows) % k, *empty, *older]
+
+    def layer(
+        self, state: list[tf.Tensor], i: int, k: tf.Tensor, v: tf.Tensor
+    ) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
+        """([recent keys, recent values] of layer i with k, v [rows, heads, d_kv] appended,
+        [older keys, older values] of layer i)."""
+        by_row, by_input = self.split(state)
+        recent = [tf.concat([by_row[1 + 2 * i + j], x[:, :, None, :]], axis=2) for j, x in enumerate((k, v))]
+        return recent, by_input[2 * i : 2 * i + 2]
+
+
 class Stepper:
     """One incremental decoder step for `beams` rows per encoded input, up to `length` steps.
 
@@ -73,7 +148,12 @@ class Stepper:
         # attention weights they are multiplied with.
         self.encoded = Encoded([tf.cast(k, tf.float32) for k in enc.keys], enc.values, enc.bias)
         self.bias = fast.position_bias(w.decoder_bias, length, length, bidirectional=False)
-        self.caches = Caches(len(w.decoder), rows, dims.num_heads, dims.d_kv, dims.dtype)
+        layers = len(w.decoder)
+        self.caches: Caches | BeamCaches = (
+            BeamCaches(layers, self.batch, beams, dims.num_heads, dims.d_kv, dims.dtype)
+            if beams > 1
+            else Caches(layers, rows, dims.num_heads, dims.d_kv, dims.dtype)
+        )
         self.norm_scales = [
             {name: tf.cast(layer[name], tf.float32) for name in ("self_norm", "cross_norm", "ffn_norm")}
             for layer in w.decoder
@@ -87,6 +167,37 @@ class Stepper:
         """q [rows, heads, d_kv] over k, v [rows, heads, steps, d_kv] -> [rows, heads * d_kv]."""
         return self._rows(fast_kernels.attend(q[:, :, None, :], k, v, bias))
 
+    def _attend_beams(
+        self, q: tf.Tensor, recent: list[tf.Tensor], older: list[tf.Tensor], beam: tf.Tensor, bias: tf.Tensor
+    ) -> tf.Tensor:
+        """q [rows, heads, d_kv] over BeamCaches' positions of one layer -> [rows, heads * d_kv].
+
+        The recent positions are the row's own (one query each); the older ones are
+        attended by all of an input's queries at once, over all its beams, and the mask
+        keeps each query to the beam its row descends from.
+        """
+        k, heads, d_kv = self.beams, self.w.dims.num_heads, self.w.dims.d_kv
+        n, seen = tf.shape(older[0])[0], tf.shape(older[0])[3]
+        recent_logits = fast_kernels.attention_logits(q[:, :, None, :], recent[0], eigen=True) + bias[..., seen:]
+        by_input = tf.transpose(tf.reshape(q, [n, k, heads, d_kv]), [0, 2, 1, 3])  # [inputs, heads, k, d_kv]
+        eigen = fast_kernels.on_eigen(k)
+        older_logits = fast_kernels.attention_logits(by_input, tf.reshape(older[0], [n, heads, -1, d_kv]), eigen)
+        own = tf.one_hot(tf.reshape(beam, [n, k]), k, on_value=0.0, off_value=fast.NEG_INF)  # [inputs, k, k]
+        older_logits = tf.reshape(older_logits, [n, heads, k, k, seen]) + own[:, None, :, :, None]
+        older_logits += bias[:, :, :, None, :seen]
+        recent_logits = tf.transpose(tf.reshape(recent_logits, [n, k, heads, -1]), [0, 2, 1, 3])
+        logits = tf.concat([tf.reshape(older_logits, [n, heads, k, k * seen]), recent_logits], axis=-1)
+        weights = fast_kernels.softmax(logits, eigen=True)
+        older_out = fast_kernels.attention_mix(
+            weights[..., : k * seen], tf.reshape(older[1], [n, heads, k * seen, d_kv]), eigen
+        )
+        recent_weights = tf.reshape(tf.transpose(weights[..., k * seen :], [0, 2, 1, 3]), [n * k, heads, 1, -1])
+        recent_out = fast_kernels.attention_mix(recent_weights, recent[1], eigen=True)
+        # Summed in float32: in bfloat16 the two parts would be rounded once more than one product's.
+        out = tf.cast(tf.transpose(older_out, [0, 2, 1, 3]), tf.float32)
+        out += tf.cast(tf.reshape(recent_out, [n, k, heads, d_kv]), tf.float32)
+        return self._rows(out)
+
     def _attend_encoder(self, q: tf.Tensor, enc: Encoded, i: int) -> tf.Tensor:
         """q [inputs, heads, beams, d_kv] over layer i's encoder keys and values ->
         [rows, heads * d_kv]."""
@@ -98,7 +209,7 @@ class Stepper:
     ) -> tuple[tf.Tensor, list[tf.Tensor]]:
         """(float32 logits [rows, vocab] for the token after `ids` [rows], new cache state);
         `enc`: the encoder's output for these rows' inputs (`encoded`, or rows of it);
-        `source`: the row of `state` each row continues (beam search)."""
+        `source`: the row of `state` each row continues (beam search: required)."""
         x, new_state = self.hidden(step, ids, state, enc, source)
         with tf.name_scope("logits"):
             return fast.output_logits(self.w, x), new_state
@@ -117,6 +228,9 @@ class Stepper:
         f32 = tf.float32
         new_state = []
         with tf.name_scope("decoder"):
+            if isinstance(self.caches, BeamCaches):
+                with tf.name_scope("self_attention"), tf.name_scope("caches"):
+                    state = self.caches.follow(state, source)
             bias = tf.gather(self.bias, step, axis=1)[None, :, None, : step + 1]  # [1, heads, 1, step + 1]
             x = tf.cast(tf.gather(w.embedding, ids), f32)
             for i, (layer, scales) in enumerate(zip(w.decoder, self.norm_scales, strict=True)):
@@ -124,9 +238,15 @@ class Stepper:
                     h = w.cast(fast.rms_norm(x, scales["self_norm"]))
                     qkv = tf.reshape(w.dense(h, layer["self"]["qkv"]), [-1, 3, dims.num_heads, dims.d_kv])
                     q, k, v = qkv[:, 0], tf.cast(qkv[:, 1], f32), qkv[:, 2]
-                    keys, values = self.caches.append(state, i, k, v, source)
-                    new_state += [keys, values]
-                    x += tf.cast(w.dense(self._attend_self(q, keys, values, bias), layer["self"]["o"]), f32)
+                    if isinstance(self.caches, BeamCaches):
+                        recent, older = self.caches.layer(state, i, k, v)
+                        new_state += recent
+                        o = self._attend_beams(q, recent, older, state[0], bias)
+                    else:
+                        keys, values = self.caches.append(state, i, k, v, source)
+                        new_state += [keys, values]
+                        o = self._attend_self(q, keys, values, bias)
+                    x += tf.cast(w.dense(o, layer["self"]["o"]), f32)
                 with tf.name_scope(f"layer_{i}/cross_attention"):
                     h = w.cast(fast.rms_norm(x, scales["cross_norm"]))
                     q = tf.reshape(w.dense(h, layer["cross"]["q"]), [-1, self.beams, dims.num_heads, dims.d_kv])
@@ -134,4 +254,7 @@ class Stepper:
                     x += tf.cast(w.dense(o, layer["cross"]["o"]), f32)
                 with tf.name_scope(f"layer_{i}/ffn"):
                     x = fast.ffn(w, layer, x, scales["ffn_norm"])
+        if isinstance(self.caches, BeamCaches):
+            by_row, by_input = self.caches.split(state)
+            new_state = [by_row[0], *new_state, *by_input]
         return x, new_state

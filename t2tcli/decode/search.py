@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from t2tcli.compat import tf
 from t2tcli.data.vocabulary.vocab import EOS_ID
 from t2tcli.decode.fast import NEG_INF, Encoded, encode
-from t2tcli.decode.fast_step import Caches, Stepper
+from t2tcli.decode.fast_step import BeamCaches, Caches, Stepper
 from t2tcli.decode.fast_top_k import logits_blocks, top_log_probs
 from t2tcli.decode.fast_weights import Weights
 
@@ -86,10 +86,10 @@ class Loop(NamedTuple):
     answers: Answers
     rows: Greedy | Beams
     encoded: Encoded
-    caches: list[tf.Tensor]  # Caches.loop_vars()
+    caches: list[tf.Tensor]  # Caches.loop_vars() or BeamCaches.loop_vars()
 
 
-def _while(cond: Callable, body: Callable, initial: Loop, caches: Caches) -> Loop:
+def _while(cond: Callable, body: Callable, initial: Loop, caches: Caches | BeamCaches) -> Loop:
     """tf.while_loop over `initial`, each input's tensors free to lose rows."""
 
     def free_rows(t: tf.Tensor) -> tf.TensorShape:
@@ -290,10 +290,13 @@ def beam_search(
         fin_ids = tf.gather(tf.concat([beams.fin_ids, cand_ids], axis=1), chosen, batch_dims=1)
         fin_logp = tf.gather(tf.concat([beams.fin_logp, cand_kept], axis=1), chosen, batch_dims=1)
         beams = Beams(source, alive_ids, alive_logp, alive_kept, fin_ids, fin_score, fin_logp, beams.slot)
-        # The caches keep their rows until the next step gathers them by `source`.
-        answers, (beams, enc) = _leave(
-            settled(beams), answers, beams.slot, lambda gone: best(beams, gone), (beams, enc)
+        # The caches kept by row keep their rows until the next step gathers them by
+        # `source`; those kept by input lose the inputs that leave.
+        by_row, by_input = stepper.caches.split(caches)
+        answers, (beams, enc, by_input) = _leave(
+            settled(beams), answers, beams.slot, lambda gone: best(beams, gone), (beams, enc, by_input)
         )
+        caches = by_row + by_input
         beams = beams._replace(source=tf.reshape(beams.source, [-1]))
         return Loop(step + 1, row_steps + rows, answers, beams, enc, caches)
 
