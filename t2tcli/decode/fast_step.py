@@ -45,16 +45,11 @@ class Caches:
         return [tf.TensorShape([None, self.heads, None, self.d_kv]) for _ in range(2 * self.layers)]
 
     @staticmethod
-    def append(
-        state: list[tf.Tensor], i: int, k: tf.Tensor, v: tf.Tensor, source: tf.Tensor | None
-    ) -> tuple[tf.Tensor, tf.Tensor]:
-        """Layer i's keys and values, rows taken from `source` (None: as they are), with
-        k, v [rows, heads, d_kv] appended."""
-        out = []
-        for j, x in enumerate((k, v)):
-            cache = state[2 * i + j] if source is None else tf.gather(state[2 * i + j], source)
-            out.append(tf.concat([cache, x[:, :, None, :]], axis=2))
-        return out[0], out[1]
+    def append(state: list[tf.Tensor], i: int, k: tf.Tensor, v: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Layer i's keys and values with k, v [rows, heads, d_kv] appended; rows follow no
+        sources (beam search's do: BeamCaches)."""
+        keys, values = (tf.concat([state[2 * i + j], x[:, :, None, :]], axis=2) for j, x in enumerate((k, v)))
+        return keys, values
 
 
 class BeamCaches:
@@ -243,7 +238,7 @@ class Stepper:
                         new_state += recent
                         o = self._attend_beams(q, recent, older, state[0], bias)
                     else:
-                        keys, values = self.caches.append(state, i, k, v, source)
+                        keys, values = self.caches.append(state, i, k, v)
                         new_state += [keys, values]
                         o = self._attend_self(q, keys, values, bias)
                     x += tf.cast(w.dense(o, layer["self"]["o"]), f32)
