@@ -46,8 +46,8 @@ class Caches:
 
     @staticmethod
     def append(state: list[tf.Tensor], i: int, k: tf.Tensor, v: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """Layer i's keys and values with k, v [rows, heads, d_kv] appended; rows follow no
-        sources (beam search's do: BeamCaches)."""
+        """Layer i's keys and values with k, v [rows, heads, d_kv] appended, rows as they
+        are (BeamCaches gathers its recent part by source before appending to it here)."""
         keys, values = (tf.concat([state[2 * i + j], x[:, :, None, :]], axis=2) for j, x in enumerate((k, v)))
         return keys, values
 
@@ -119,8 +119,8 @@ class BeamCaches:
         """([recent keys, recent values] of layer i with k, v [rows, heads, d_kv] appended,
         [older keys, older values] of layer i)."""
         by_row, by_input = self.split(state)
-        recent = [tf.concat([by_row[1 + 2 * i + j], x[:, :, None, :]], axis=2) for j, x in enumerate((k, v))]
-        return recent, by_input[2 * i : 2 * i + 2]
+        # The recent parts, after the rows' beams, are laid out as Caches' state.
+        return list(Caches.append(by_row[1:], i, k, v)), by_input[2 * i : 2 * i + 2]
 
 
 class Stepper:
