@@ -249,6 +249,24 @@ def test_top_k_by_chunks_is_top_k_with_ties_to_the_lower_position(n):
     np.testing.assert_array_equal(peak[:, 0], logits.max(axis=1))
 
 
+@pytest.mark.parametrize("n", [32128, 4000, 1000, 256])
+def test_best_tokens_is_argmax_with_ties_to_the_lower_position(n):
+    """The best token by chunk maxima is tf.argmax's, ties included (logits drawn from five
+    values tie within and across chunks), for widths split in chunks of 128 and 32 and one
+    (1,000) that falls back to tf.argmax; and for a batch of no rows."""
+    rng = np.random.default_rng(2)
+    logits = np.concatenate([rng.integers(0, 5, size=[32, n]), rng.normal(size=[32, n])], axis=0).astype(np.float32)
+    logits[0] = -1e9  # a row that is all one value
+    logits[1] = 0.0
+    logits[1, [n // 2 + 3, n // 2 + 5, n - 1]] = 7.0  # its maximum first past the first chunks
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        best = session.run(fast_top_k.best_tokens(tf.constant(logits)))
+        none = session.run(fast_top_k.best_tokens(tf.zeros([0, n])))
+    assert best.dtype == np.int32 and none.shape == (0,)
+    np.testing.assert_array_equal(best, np.argmax(logits, axis=1))
+    assert best[1] == n // 2 + 3
+
+
 def test_trim_padding_cuts_columns_no_row_uses():
     ids = np.array([[5, 6, 1, 0, 0, 0], [7, 1, 0, 0, 0, 0]], np.int32)
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:

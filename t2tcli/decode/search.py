@@ -20,7 +20,7 @@ from t2tcli.compat import tf
 from t2tcli.data.vocabulary.vocab import EOS_ID
 from t2tcli.decode.fast import NEG_INF, Encoded, encode
 from t2tcli.decode.fast_step import BeamCaches, Caches, Stepper
-from t2tcli.decode.fast_top_k import logits_blocks, top_log_probs
+from t2tcli.decode.fast_top_k import best_tokens, logits_blocks, top_log_probs
 from t2tcli.decode.fast_weights import Weights
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ def sample(
                 chooser = _top_k_filter(chooser, top_k)
             token = tf.cast(tf.random.categorical(chooser, 1)[:, 0], tf.int32)
         else:
-            token = tf.argmax(logits, axis=-1, output_type=tf.int32)
+            token = best_tokens(logits)
         token = tf.where(state.done, 0, token)
         total = state.total
         if scores:
