@@ -71,17 +71,19 @@ def build(args: argparse.Namespace) -> tuple[Any, Any, dict, Any]:
     graph = tf1.Graph()
     with graph.as_default():
         tf1.set_random_seed(args.seed)
-        weights = fast.Weights(config)
+        weights = fast.Weights(config, held=True)  # as t2t-decode's engine prepares them
         inputs = tf1.placeholder(tf.int32, [None, args.inputs_length], name="inputs")
         decoded = search.decode(weights, inputs, decode.replace(batch_size=args.batch_size), args.max_decode_length)
         # Weights of about the scale a trained model's have; their values change no timing.
         randomize = [
             tf1.assign(v, tf.random.normal(v.shape, stddev=v.shape[-1] ** -0.5)) for v in tf1.global_variables()
         ]
+        prepare = tf1.local_variables_initializer()
     base = estimator.session_config(config)
     workers = min(side_by_side.workers(), args.batch_size)  # as t2tcli.decode.engines runs it
     session = tf1.Session(graph=graph, config=engines.fast_session_config(base, workers))
     session.run(randomize)
+    session.run(prepare)
     return session, inputs, {"ids": decoded.ids, "steps": decoded.steps}, config
 
 

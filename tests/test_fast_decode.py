@@ -16,7 +16,7 @@ from t2tcli.decode import fast, fast_kernels, fast_step, fast_top_k, fast_weight
 from t2tcli.decode.settings import DecodeSettings
 from t2tcli.errors import UserError
 from t2tcli.model import config as model_config
-from t2tcli.model import kernel_layout, run_records
+from t2tcli.model import kernel_layout, run_records, weight_names
 
 BATCH = 8
 TEXTS = ["d", "a b c", "e e a a b a", "j d g j g i g h d", "c", "f g c g h d e j", "b b b b", "i h g f e"]
@@ -123,6 +123,39 @@ def test_a_strong_length_penalty_picks_another_beam_winner(toy):
         return int(ends[0]) if ends.size else len(row)
 
     assert all(length(penalized[i]) >= length(plain[i]) for i in changed), "the penalty favours longer hypotheses"
+
+
+def test_held_weights_are_prepared_once_a_session_and_decode_as_read_ones(toy):
+    """Held, the kernels in their prepared dtype and layout are computed by the local init
+    op (after the restore), not again for each batch: the decode is the one of weights
+    prepared per batch, and a checkpoint variable changed after the init op leaves it so
+    until the op runs again."""
+    model_dir, hp, vocab_size, ids = toy
+    hp = hp.copy()
+    hp.activation_dtype = "bfloat16"  # every kernel is cast, so every one is held
+    tf1 = tf.compat.v1
+    settings = DecodeSettings.of({"beam_size": 1}, hp)
+    with tf.Graph().as_default():
+        config = model_config.build(hp, vocab_size)
+        held = search.decode(fast_weights.Weights(config, held=True), tf.constant(ids), settings, 16).ids
+        with tf1.variable_scope(tf1.get_variable_scope(), reuse=True):
+            per_batch = search.decode(fast_weights.Weights(config), tf.constant(ids), settings, 16).ids
+        prepare = tf1.local_variables_initializer()
+        (embedding,) = [v for v in tf1.global_variables() if v.op.name == weight_names.EMBEDDING]
+        scramble = embedding.assign(tf.reverse(embedding, axis=[0]))
+        saver = tf1.train.Saver()
+        assert all(v.op.name.startswith("held_weights/") for v in tf1.local_variables())
+        with tf1.Session() as session:
+            saver.restore(session, tf.train.latest_checkpoint(model_dir))
+            session.run(prepare)
+            before, expected = session.run([held, per_batch])
+            np.testing.assert_array_equal(before, expected)
+            session.run(scramble)
+            kept, changed = session.run([held, per_batch])
+            np.testing.assert_array_equal(kept, before)
+            assert (changed != before).any(), "the scrambled embedding changes a decode that reads it"
+            session.run(prepare)
+            np.testing.assert_array_equal(session.run(held), changed)
 
 
 class _Reached(Exception):

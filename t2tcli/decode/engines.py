@@ -151,11 +151,15 @@ def session_predict(
             features = {k: tf1.placeholder(tf.int32, [None, length], name=k) for k, (_, length) in shapes.items()}
             spec = estimator.model_fn(features, None, tf.estimator.ModeKeys.PREDICT, estimator.config)
             saver = tf1.train.Saver()
+            # The weights the engine prepares once (fast_weights.Weights' `held`), from the
+            # restored variables.
+            prepare = tf1.local_variables_initializer()
         graph.finalize()
 
         with tf1.Session(graph=graph, config=fast_session_config(estimator.config.session_config, parts)) as session:
             with checkpoints.readable(checkpoint_path):
                 saver.restore(session, checkpoint_path)
+            session.run(prepare)
 
             def run(batch: dict[str, np.ndarray]) -> Future:
                 return pool.submit(session.run, spec.predictions, {features[k]: v for k, v in batch.items()})

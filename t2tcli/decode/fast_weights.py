@@ -52,9 +52,25 @@ def _variable(name: str, shape: list[int]) -> tf.Tensor:
     return tf1.get_variable(name, shape, tf.float32, initializer=tf1.zeros_initializer(), trainable=False)
 
 
+def _held(t: tf.Tensor) -> tf.Tensor:
+    """`t`, computed once a session into a local variable where it is more than a read of
+    a checkpoint variable (a cast, transpose or concatenation of them)."""
+    if t.op.type == "ReadVariableOp":
+        return t
+    held = tf1.Variable(
+        t, trainable=False, collections=[tf1.GraphKeys.LOCAL_VARIABLES], name="held_weight", use_resource=True
+    )
+    return tf.convert_to_tensor(held)
+
+
 class Weights:
     """The model's variables, read once per batch in the activation dtype, named as
     t2tcli.model.weight_names names them for this architecture.
+
+    With `held`, the layout and dtype each kernel is multiplied in are computed once a
+    session instead (by the local variables' initializer, to run after the checkpoint is
+    restored): preparing them reads the whole model, a few percent of a batch's decode,
+    and each batch in flight would otherwise hold a copy of its own.
 
     The layers' kernels are kept [out, in] where oneDNN runs AVX2-class kernels
     (`kernel_layout.transposed_kernels`; transposed once per batch, outside the decode loop),
@@ -62,7 +78,7 @@ class Weights:
     The FFN's inner width may carry zero units (`kernel_layout.ffn_padding`) that change no value.
     """
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, held: bool = False) -> None:
         hp = config.hparams
         arch = weight_names.Architecture.from_hparams(hp, config.vocab_size)
         shapes = weight_names.mesh_shapes(arch)
@@ -130,6 +146,10 @@ class Weights:
         self.encoder_final_norm, self.decoder_final_norm = (
             read(weight_names.final_norm(arch, side)) for side in weight_names.SIDES
         )
+        if held:
+            with tf.name_scope("held_weights"):
+                prepared = (self.embedding, self.logits_kernel, self.encoder, self.decoder)
+                self.embedding, self.logits_kernel, self.encoder, self.decoder = tf.nest.map_structure(_held, prepared)
 
     def cast(self, x: tf.Tensor) -> tf.Tensor:
         return tf.cast(x, self.dims.dtype)

@@ -41,7 +41,8 @@ def _clean_decodes(ids: mtf.Tensor) -> mtf.Tensor:
 def _fast_predict_spec(config: ModelConfig, features: dict[str, tf.Tensor], decode: settings.DecodeSettings) -> Any:
     """PREDICT through t2tcli.decode.fast: the same contract, the same checkpoint variables."""
     hp = config.hparams
-    weights = fast.Weights(config)
+    # Prepared once a session: the local init op runs after the checkpoint is restored.
+    weights = fast.Weights(config, held=True)
     inputs = tf.cast(features["inputs"], tf.int32)
     if "targets" in features:
         outputs = tf.cast(features["targets"], tf.int32)
