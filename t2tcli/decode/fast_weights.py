@@ -1,5 +1,6 @@
-"""The fast engine's weights: the checkpoint's variables, read once per batch, in the
-layout and dtype its kernels (t2tcli.decode.fast_kernels) multiply fastest.
+"""The fast engine's weights: the checkpoint's variables, read once per batch (or
+prepared once a session), in the layout and dtype its kernels
+(t2tcli.decode.fast_kernels) multiply fastest.
 
 Imports: core, model, decode (fast_kernels).
 """
@@ -69,11 +70,12 @@ class Weights:
 
     With `held`, the layout and dtype each kernel is multiplied in are computed once a
     session instead (by the local variables' initializer, to run after the checkpoint is
-    restored): preparing them reads the whole model, a few percent of a batch's decode,
-    and each batch in flight would otherwise hold a copy of its own.
+    restored): preparing them reads the whole model, a share of a batch's decode that
+    grows as its outputs get shorter, and each batch in flight would otherwise hold a copy
+    of its own.
 
     The layers' kernels are kept [out, in] where oneDNN runs AVX2-class kernels
-    (`kernel_layout.transposed_kernels`; transposed once per batch, outside the decode loop),
+    (`kernel_layout.transposed_kernels`; transposed outside the decode loop),
     [in, out] as the checkpoint holds them elsewhere; `dense` multiplies by them either way.
     The FFN's inner width may carry zero units (`kernel_layout.ffn_padding`) that change no value.
     """
