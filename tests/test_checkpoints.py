@@ -57,6 +57,20 @@ def test_list_select_and_resolve(two_checkpoints):
         checkpoints.select(model_dir, "newest")
 
 
+def test_a_checkpoint_whose_index_is_still_being_written_is_not_listed(two_checkpoints, caplog):
+    # A sharded save writes its merged index in place: a reader beside the trainer can
+    # see the newest index before its last bytes are written.
+    index = Path(two_checkpoints) / "model.ckpt-20.index"
+    whole = index.read_bytes()
+    for cut in (0, len(whole) // 2, len(whole) - 1):
+        index.write_bytes(whole[:cut])
+        assert [s for s, _ in checkpoints.list_checkpoints(two_checkpoints)] == [10]
+        assert checkpoints.select(two_checkpoints, "all")[-1][0] == 10
+    assert "model.ckpt-20 left out: its index is being written or was cut short" in caplog.text
+    index.write_bytes(whole)
+    assert [s for s, _ in checkpoints.list_checkpoints(two_checkpoints)] == [10, 20]
+
+
 def test_average_two_known_checkpoints(two_checkpoints, tmp_path):
     out_dir = str(tmp_path / "avg")
     path, steps = checkpoints.average(two_checkpoints, 2, out_dir)

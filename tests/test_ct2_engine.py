@@ -255,6 +255,11 @@ def test_auto_keeps_the_tf_engine_where_bfloat16_is_native(toy, monkeypatch, fla
     chosen, why = settings.choose(auto, {"engine": "auto", "beam_size": 1})
     assert chosen == engine and (engine == "ctranslate2" or "bfloat16 runs natively" in why)
     assert settings.choose(auto, {"engine": "ctranslate2", "beam_size": 1})[0] == "ctranslate2"
+    # bfloat16 asked for where it is emulated: the TF engine, which gives its answers, for that reason.
+    hp.activation_dtype = "bfloat16"
+    asked = dataclasses.replace(model, config=model_config.build(hp, model.vocab.vocab_size))
+    chosen, why = settings.choose(asked, {"engine": "auto", "beam_size": 1})
+    assert chosen == "fast" and ("natively" in why) == (engine == "fast"), why
 
 
 def test_without_ctranslate2_the_engine_names_the_install(toy, monkeypatch):

@@ -11,6 +11,7 @@ import pytest
 from t2tcli.data.vocabulary.vocab import EOS_ID
 from t2tcli.errors import UserError
 from t2tcli.evaluate import evaluation, following, results
+from t2tcli.model import checkpoints
 
 
 class FakeModel:
@@ -93,8 +94,10 @@ def test_unknown_metric_fails_before_decoding(tmp_path):
 
 
 def write_checkpoint(model_dir, step):
-    for suffix in (".index", ".data-00000-of-00001"):
-        open(os.path.join(model_dir, f"model.ckpt-{step}{suffix}"), "w").close()
+    """A stand-in checkpoint: an index that ends as a whole one does, an empty data file."""
+    with open(os.path.join(model_dir, f"model.ckpt-{step}.index"), "wb") as f:
+        f.write(checkpoints.INDEX_END)
+    open(os.path.join(model_dir, f"model.ckpt-{step}.data-00000-of-00001"), "w").close()
 
 
 def write_run(model_dir, train_steps):

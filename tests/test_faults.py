@@ -176,7 +176,9 @@ def test_a_damaged_checkpoint_is_one_line_in_every_binary_and_leaves_no_output(m
     proc = run_binary(
         "t2t-decode", f"--model_dir={model_dir}", f"--decode_from_file={lines}", f"--decode_to_file={out}"
     )
-    assert_fails_in_one_line(proc, "cannot be read", "truncated or damaged")
+    error = assert_fails_in_one_line(proc, "cannot be read", "truncated or damaged")
+    # The path the user's model_dir holds, not the private one it was read at.
+    assert f"checkpoint {model_dir}/model.ckpt-" in error and "/.reading." not in error, error
     assert not out.exists() and not list(tmp_path.glob(".out.txt.tmp*"))
     proc = run_binary("t2t-eval", f"--model_dir={model_dir}", "--max_examples=8")
     assert_fails_in_one_line(proc, "cannot be read")

@@ -430,8 +430,8 @@ def test_eval_all_takes_the_checkpoints_saved_in_place_of_deleted_ones(tmp_path)
     from t2tcli.model import checkpoints
 
     def save(step):
-        for suffix in (".index", ".data-00000-of-00001"):
-            (tmp_path / f"model.ckpt-{step}{suffix}").write_bytes(b"")
+        (tmp_path / f"model.ckpt-{step}.index").write_bytes(checkpoints.INDEX_END)  # as a whole index ends
+        (tmp_path / f"model.ckpt-{step}.data-00000-of-00001").write_bytes(b"")
 
     def delete(step):
         for f in tmp_path.glob(f"model.ckpt-{step}.*"):

@@ -24,6 +24,7 @@ from t2tcli import hparams
 from t2tcli.decode import ct2
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
+from t2tcli.model import hardware
 from t2tcli.model.config import ModelConfig
 
 if TYPE_CHECKING:
@@ -307,7 +308,9 @@ def choose(model: LoadedModel, decode: DecodeSettings | Mapping[str, Any], scori
     if config.machine.device == "gpu":
         return "fast", "a GPU"
     if config.activation_dtype == "bfloat16":
-        return "fast", "bfloat16 runs natively on this CPU, where the TF engine outruns CTranslate2 float32"
+        if hardware.native_bfloat16(config.machine)[0]:
+            return "fast", "bfloat16 runs natively on this CPU, where the TF engine outruns CTranslate2 float32"
+        return "fast", "activation_dtype=bfloat16, which CTranslate2 float32 would not reproduce"
     if not ct2.available():
         return "fast", f"one CPU; CTranslate2 is not installed ({ct2.INSTALL_HINT} adds it)"
     if decode.beam_size > 1 and not scoring:

@@ -44,8 +44,9 @@ def step_of(checkpoint_path: str) -> int:
 def list_checkpoints(model_dir: str) -> list[tuple[int, str]]:
     """(step, path prefix) of every complete checkpoint in model_dir, oldest first.
 
-    A checkpoint counts once its `.index` file exists: the saver writes the index
-    last, so a checkpoint being written is never picked up half-done.
+    A checkpoint counts once its `.index` file is whole: the saver writes the index
+    after the data files, but a sharded save writes its merged index in place, so a
+    reader polling a running trainer's model_dir can find the newest one half-written.
     """
     found: dict[int, str] = {}
     for index in fs.glob_in(model_dir, "*.index"):
@@ -53,7 +54,30 @@ def list_checkpoints(model_dir: str) -> list[tuple[int, str]]:
         if not _data_files(prefix):
             continue
         found[step_of(prefix)] = prefix
-    return sorted(found.items())
+    listed = sorted(found.items())
+    # A trainer saves one checkpoint at a time, so only the newest can be in progress.
+    if listed and not _index_complete(listed[-1][1]):
+        logging.warning("checkpoint %s left out: its index is being written or was cut short", listed.pop()[1])
+    return listed
+
+
+# The last 8 bytes of a whole checkpoint index (a table in LevelDB's format).
+INDEX_END = (0xDB4775248B80FB57).to_bytes(8, "little")
+
+
+def _index_complete(prefix: str) -> bool:
+    """Whether the checkpoint's index ends with its table's magic number, which is
+    written last."""
+    path = prefix + ".index"
+    try:
+        size = fs.getsize(path)
+        if size < len(INDEX_END):
+            return False
+        with fs.open_file(path, "rb") as f:
+            f.seek(size - len(INDEX_END))
+            return f.read(len(INDEX_END)) == INDEX_END
+    except (OSError, tf.errors.OpError):  # deleted meanwhile
+        return False
 
 
 def _data_files(prefix: str) -> list[str]:
@@ -93,9 +117,17 @@ class CheckpointGone(UserError):
 
     def __init__(self, checkpoint_path: str) -> None:
         super().__init__(
-            f"checkpoint {checkpoint_path} was deleted before it could be read "
+            f"checkpoint {unpinned(checkpoint_path)} was deleted before it could be read "
             "(a running t2t-train keeps only its --keep_checkpoint_max newest)"
         )
+
+
+def unpinned(path: str) -> str:
+    """The checkpoint path a user named, for a path `pinned` made to read it at."""
+    directory, name = os.path.split(path)
+    if os.path.basename(directory).startswith(PIN_PREFIX):
+        return os.path.join(os.path.dirname(directory), name)
+    return path
 
 
 @contextlib.contextmanager
@@ -166,7 +198,7 @@ def readable(checkpoint_path: str) -> Iterator[None]:
         # IndexError: what TensorFlow's checkpoint reader raises for a data file cut short.
         detail = str(getattr(exc, "message", exc)).strip().splitlines()[0][:200]
         raise UserError(
-            f"checkpoint {checkpoint_path} cannot be read ({detail}): its files are truncated or damaged; "
+            f"checkpoint {unpinned(checkpoint_path)} cannot be read ({detail}): its files are truncated or damaged; "
             "use another one (--checkpoint_path / --checkpoint)"
         ) from None
 
