@@ -12,7 +12,7 @@ from toy_model import toy_model  # noqa: F401  (session fixture)
 
 from t2tcli.compat import tf
 from t2tcli.errors import UserError
-from t2tcli.model import checkpoints
+from t2tcli.model import averaging, checkpoints
 
 
 def make_checkpoint(model_dir: str, step: int, w: np.ndarray, b: float) -> str:
@@ -73,7 +73,7 @@ def test_a_checkpoint_whose_index_is_still_being_written_is_not_listed(two_check
 
 def test_average_two_known_checkpoints(two_checkpoints, tmp_path):
     out_dir = str(tmp_path / "avg")
-    path, steps = checkpoints.average(two_checkpoints, 2, out_dir)
+    path, steps = averaging.average(two_checkpoints, 2, out_dir)
     assert steps == [10, 20]
     assert tf.train.latest_checkpoint(out_dir) == path
     reader = tf.train.load_checkpoint(path)
@@ -119,23 +119,23 @@ def test_averaging_never_writes_over_a_run_trained_on_from_it(two_checkpoints, t
     one line, A1 as it was, whether M1's newest step is behind, equal to or past A1's (the
     two runs count their steps apart). Averaged again before any training, it is written."""
     averaged = str(tmp_path / "a1")
-    assert checkpoints.average(two_checkpoints, 2, averaged)[1] == [10, 20]
-    assert checkpoints.average(two_checkpoints, 2, averaged)[1] == [10, 20], "the same average again"
+    assert averaging.average(two_checkpoints, 2, averaged)[1] == [10, 20]
+    assert averaging.average(two_checkpoints, 2, averaged)[1] == [10, 20], "the same average again"
     make_checkpoint(averaged, 30, np.array([[9.0, 9.0], [9.0, 9.0]]), 9.0)  # fine-tuned on in A1
     before = _files(averaged)
     refused = r"holds checkpoint model.ckpt-30, which no average wrote"
     with pytest.raises(UserError, match=refused):
-        checkpoints.average(two_checkpoints, 2, averaged)
+        averaging.average(two_checkpoints, 2, averaged)
     make_checkpoint(two_checkpoints, 30, np.array([[1.0, 1.0], [1.0, 1.0]]), 1.0)  # M1 at A1's own step
     with pytest.raises(UserError, match=refused):
-        checkpoints.average(two_checkpoints, 2, averaged)
+        averaging.average(two_checkpoints, 2, averaged)
     with pytest.raises(UserError, match=refused):
-        checkpoints.average(two_checkpoints, 1, averaged, ending_at=30)
+        averaging.average(two_checkpoints, 1, averaged, ending_at=30)
     make_checkpoint(two_checkpoints, 40, np.array([[1.0, 1.0], [1.0, 1.0]]), 1.0)  # M1 past it
     with pytest.raises(UserError, match=refused):
-        checkpoints.average(two_checkpoints, 2, averaged)
+        averaging.average(two_checkpoints, 2, averaged)
     with pytest.raises(UserError, match=refused):
-        checkpoints.average(two_checkpoints, 1, averaged, ending_at=40)
+        averaging.average(two_checkpoints, 1, averaged, ending_at=40)
     proc = binary("t2t-avg-checkpoints", f"--model_dir={two_checkpoints}", "--num_last=1", f"--output_dir={averaged}")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(f"t2t-avg-checkpoints: error: --output_dir={averaged} holds")
@@ -148,34 +148,34 @@ def test_averaging_refuses_checkpoint_files_and_state_no_average_wrote(two_check
     """Stray model.ckpt-N files, a `checkpoint` state naming a step no average wrote, and an
     averaged_from.json whose record is not a list of steps all count as another run's."""
     averaged = tmp_path / "a1"
-    checkpoints.average(two_checkpoints, 1, str(averaged), ending_at=10)
-    checkpoints.average(two_checkpoints, 1, str(averaged), ending_at=20)
+    averaging.average(two_checkpoints, 1, str(averaged), ending_at=10)
+    averaging.average(two_checkpoints, 1, str(averaged), ending_at=20)
     record = json.loads((averaged / "averaged_from.json").read_text())
     assert record["written"] == [10, 20] and record["steps"] == [20]
-    checkpoints.average(two_checkpoints, 2, str(averaged))  # unchanged: written again
+    averaging.average(two_checkpoints, 2, str(averaged))  # unchanged: written again
     (averaged / "model.ckpt-20.meta").write_text("x")
     (averaged / "model.ckpt-20.index").unlink()
-    checkpoints.average(two_checkpoints, 2, str(averaged))  # one of its own, cut short: written again
+    averaging.average(two_checkpoints, 2, str(averaged))  # one of its own, cut short: written again
     (averaged / "model.ckpt-25.data-00000-of-00001").write_text("x")
     with pytest.raises(UserError, match="holds checkpoint model.ckpt-25, which no average wrote"):
-        checkpoints.average(two_checkpoints, 2, str(averaged))
+        averaging.average(two_checkpoints, 2, str(averaged))
     (averaged / "model.ckpt-25.data-00000-of-00001").unlink()
     state = averaged / "checkpoint"
     state.write_text('model_checkpoint_path: "model.ckpt-50"\n')
     with pytest.raises(UserError, match="holds checkpoint model.ckpt-50, which no average wrote"):
-        checkpoints.average(two_checkpoints, 2, str(averaged))
+        averaging.average(two_checkpoints, 2, str(averaged))
     state.write_text('model_checkpoint_path: "model.ckpt-20"\n')
     for written in (["20"], [True], "20", [-1], None):
         record["written"] = written
         (averaged / "averaged_from.json").write_text(json.dumps(record if written is not None else [record]))
         with pytest.raises(UserError, match="holds (checkpoint model.ckpt-|another run)"):
-            checkpoints.average(two_checkpoints, 2, str(averaged))
+            averaging.average(two_checkpoints, 2, str(averaged))
 
 
 def test_an_older_window_of_avg_all_leaves_the_latest_checkpoint_alone(two_checkpoints, tmp_path):
     averaged = str(tmp_path / "windows")
-    checkpoints.average(two_checkpoints, 1, averaged, ending_at=20)
-    checkpoints.average(two_checkpoints, 1, averaged, ending_at=10)
+    averaging.average(two_checkpoints, 1, averaged, ending_at=20)
+    averaging.average(two_checkpoints, 1, averaged, ending_at=10)
     assert [s for s, _ in checkpoints.list_checkpoints(averaged)] == [10, 20]
     assert checkpoints.resolve(averaged, None)[0] == 20
 
@@ -186,5 +186,5 @@ def test_averaging_into_a_directory_another_process_writes_is_refused(two_checkp
     averaged = tmp_path / "busy"
     with lock.hold(str(averaged), "a training run"):
         with pytest.raises(UserError, match=f"{averaged} is in use: .*\\(pid {os.getpid()} on "):
-            checkpoints.average(two_checkpoints, 2, str(averaged))
+            averaging.average(two_checkpoints, 2, str(averaged))
     assert not checkpoints.list_checkpoints(str(averaged))

@@ -37,7 +37,7 @@ def main() -> None:
     if FLAGS.n < 1:
         raise UserError(f"--n={FLAGS.n}: must be at least 1")
     from t2tcli.io import preflight
-    from t2tcli.model import checkpoints
+    from t2tcli.model import averaging, checkpoints
 
     preflight.check_output_dir(FLAGS.output_dir, "output_dir")
     last_new = time.monotonic()
@@ -48,7 +48,7 @@ def main() -> None:
             raise UserError(f"no checkpoint in --model_dir={FLAGS.model_dir}")
         todo = [step for step in steps if step >= FLAGS.min_steps and step not in done]
         for step in todo:
-            path, averaged = checkpoints.average(FLAGS.model_dir, FLAGS.n, FLAGS.output_dir, ending_at=step)
+            path, averaged = averaging.average(FLAGS.model_dir, FLAGS.n, FLAGS.output_dir, ending_at=step)
             logging.info("step %d: averaged steps %s into %s", step, ",".join(map(str, averaged)), path)
             print(path, flush=True)
         if todo:

@@ -15,11 +15,11 @@ FLAGS = flags.FLAGS
 def main() -> None:
     common.require("model_dir", "output_dir")
     from t2tcli.io import preflight
-    from t2tcli.model import checkpoints
+    from t2tcli.model import averaging
 
     preflight.check_output_dir(FLAGS.output_dir, "output_dir")
 
-    path, steps = checkpoints.average(FLAGS.model_dir, FLAGS.num_last, FLAGS.output_dir)
+    path, steps = averaging.average(FLAGS.model_dir, FLAGS.num_last, FLAGS.output_dir)
     logging.info("averaged %d checkpoints (steps %s) into %s", len(steps), ",".join(map(str, steps)), path)
     print(path)
 
