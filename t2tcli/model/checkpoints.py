@@ -113,12 +113,12 @@ class CheckpointGone(UserError):
 
     def __init__(self, checkpoint_path: str) -> None:
         super().__init__(
-            f"checkpoint {unpinned(checkpoint_path)} was deleted before it could be read "
+            f"checkpoint {_unpinned(checkpoint_path)} was deleted before it could be read "
             "(a running t2t-train keeps only its --keep_checkpoint_max newest)"
         )
 
 
-def unpinned(path: str) -> str:
+def _unpinned(path: str) -> str:
     """The checkpoint path a user named, for a path `pinned` made to read it at."""
     directory, name = os.path.split(path)
     if os.path.basename(directory).startswith(PIN_PREFIX):
@@ -194,7 +194,7 @@ def readable(checkpoint_path: str) -> Iterator[None]:
         # IndexError: what TensorFlow's checkpoint reader raises for a data file cut short.
         detail = str(getattr(exc, "message", exc)).strip().splitlines()[0][:200]
         raise UserError(
-            f"checkpoint {unpinned(checkpoint_path)} cannot be read ({detail}): its files are truncated or damaged; "
+            f"checkpoint {_unpinned(checkpoint_path)} cannot be read ({detail}): its files are truncated or damaged; "
             "use another one (--checkpoint_path / --checkpoint)"
         ) from None
 
