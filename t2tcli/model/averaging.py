@@ -1,7 +1,8 @@
 """Averaging a model_dir's last few checkpoints into an output_dir that is itself a model_dir.
 
-Kept apart from `checkpoints` because it writes: it holds the output_dir, refuses one that
-holds a run, and records what it averaged so a rerun may write its own output again.
+Kept apart from `checkpoints`, which every reader of a model_dir uses: only averaging holds
+an output_dir, refuses one that holds a run, and records what it averaged so that a rerun
+may write its own output again.
 """
 
 from __future__ import annotations
