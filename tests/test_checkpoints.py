@@ -114,6 +114,17 @@ def _files(directory: str) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted(Path(directory).iterdir())}
 
 
+def test_averaging_checkpoints_of_other_shapes_names_both_as_the_user_does(two_checkpoints, tmp_path):
+    make_checkpoint(two_checkpoints, 30, np.zeros([3, 2]), 1.0)
+    with pytest.raises(UserError) as refused:
+        averaging.average(two_checkpoints, 2, str(tmp_path / "avg"))
+    # The paths in model_dir, not the private ones the checkpoints were read at.
+    model_dir = two_checkpoints
+    assert str(refused.value) == (
+        f"checkpoint {model_dir}/model.ckpt-20 does not match {model_dir}/model.ckpt-30 at variable 'layer/w'"
+    )
+
+
 def test_averaging_never_writes_over_a_run_trained_on_from_it(two_checkpoints, tmp_path, binary):
     """Average M1 into A1, fine-tune A1 on to step 30, average M1 into A1 again: refused in
     one line, A1 as it was, whether M1's newest step is behind, equal to or past A1's (the

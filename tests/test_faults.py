@@ -189,7 +189,8 @@ def test_a_damaged_checkpoint_is_one_line_in_every_binary_and_leaves_no_output(m
     assert not export_dir.exists() or os.listdir(export_dir) == []
     averaged = tmp_path / "averaged"
     proc = run_binary("t2t-avg-checkpoints", f"--model_dir={model_dir}", "--num_last=2", f"--output_dir={averaged}")
-    assert_fails_in_one_line(proc, "is truncated")
+    error = assert_fails_in_one_line(proc, "is truncated")
+    assert f"checkpoint {model_dir}/model.ckpt-" in error and "/.reading." not in error, error
     assert not averaged.exists()
     # Resuming from it, or fine-tuning from it, is refused before anything is written.
     before = snapshot(model_dir)

@@ -26,6 +26,7 @@ from t2tcli.model.checkpoints import (
     pinned,
     readable,
     step_of,
+    unpinned,
     write_checkpoint,
 )
 from t2tcli.model.run_records import HPARAMS_FILE, RUN_FILE, VOCAB_FILE
@@ -137,7 +138,9 @@ def _averaged_values(chosen: list[tuple[int, str]]) -> tuple[dict[str, Any], int
             reader = tf.train.load_checkpoint(path)
             for n in floats:
                 if not reader.has_tensor(n) or tuple(reader.get_variable_to_shape_map()[n]) != tuple(shapes[n]):
-                    raise UserError(f"checkpoint {path} does not match {newest_path} at variable '{n}'")
+                    raise UserError(
+                        f"checkpoint {unpinned(path)} does not match {unpinned(newest_path)} at variable '{n}'"
+                    )
                 values[n] = values[n] + reader.get_tensor(n)
     for n in floats:
         values[n] = (values[n] / len(chosen)).astype(dtypes[n].as_numpy_dtype)

@@ -113,12 +113,12 @@ class CheckpointGone(UserError):
 
     def __init__(self, checkpoint_path: str) -> None:
         super().__init__(
-            f"checkpoint {_unpinned(checkpoint_path)} was deleted before it could be read "
+            f"checkpoint {unpinned(checkpoint_path)} was deleted before it could be read "
             "(a running t2t-train keeps only its --keep_checkpoint_max newest)"
         )
 
 
-def _unpinned(path: str) -> str:
+def unpinned(path: str) -> str:
     """The checkpoint path a user named, for a path `pinned` made to read it at."""
     directory, name = os.path.split(path)
     if os.path.basename(directory).startswith(PIN_PREFIX):
@@ -194,7 +194,7 @@ def readable(checkpoint_path: str) -> Iterator[None]:
         # IndexError: what TensorFlow's checkpoint reader raises for a data file cut short.
         detail = str(getattr(exc, "message", exc)).strip().splitlines()[0][:200]
         raise UserError(
-            f"checkpoint {_unpinned(checkpoint_path)} cannot be read ({detail}): its files are truncated or damaged; "
+            f"checkpoint {unpinned(checkpoint_path)} cannot be read ({detail}): its files are truncated or damaged; "
             "use another one (--checkpoint_path / --checkpoint)"
         ) from None
 
@@ -216,7 +216,7 @@ def check_complete(checkpoint_path: str) -> None:
     held = sum(fs.getsize(path) for path in _data_files(checkpoint_path))
     if held < needed:
         raise UserError(
-            f"checkpoint {checkpoint_path} is truncated: its data files hold {held} bytes of the {needed} "
+            f"checkpoint {unpinned(checkpoint_path)} is truncated: its data files hold {held} bytes of the {needed} "
             "its variables need; use another one"
         )
 
