@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_docstrings import FORBIDDEN
 
 REPO = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^```(\S*)([^\n]*)\n(.*?)^```\s*$", re.S | re.M)
@@ -143,6 +144,22 @@ def test_the_readme_is_a_front_page():
     first_screen = "\n".join(lines[:40])
     for command in ("scripts/demo", "scripts/test"):
         assert re.search(rf"^{command}\b", first_screen, re.M), f"{command} is not among README.md's first 40 lines"
+
+
+# BENCHMARKS.md's own figures: a ratio such as 2.16x. A document that quotes them goes stale
+# the next time bench/run re-measures a CPU kind.
+FIGURES = {**FORBIDDEN, "a measured ratio": re.compile(r"\b\d+\.\d+x\b")}
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=_name)
+def test_the_documents_leave_measured_figures_to_benchmarks_md(path):
+    found = [
+        f"{_name(path)}:{n}: {what} ({match.group(0)!r})"
+        for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        for what, pattern in FIGURES.items()
+        if (match := pattern.search(text))
+    ]
+    assert not found, "link BENCHMARKS.md instead of quoting its figures:\n" + "\n".join(found)
 
 
 def _slug(heading: str) -> str:
