@@ -11,6 +11,7 @@
     python bench/train.py --per_layer_bias         # t2tcli building the self-attention bias in each layer (A/B)
     python bench/train.py --mesh_tf_norm           # t2tcli with mesh-tf's element-wise RMS norms (A/B)
     python bench/train.py --einsums_as_written     # t2tcli without swapping einsum operands (A/B)
+    python bench/train.py --float32_logits_product # t2tcli in bfloat16 with float32 attention-logit products (A/B)
     python bench/train.py --step_budget=60         # time slow rows over fewer steps (default: 180 s of them)
     python bench/train.py --run_limit=600          # stop a row's run after 600 s (default 1,200)
     python bench/train.py --peer_modes=eager       # the peer without torch.compile (default: eager,compile)
@@ -149,6 +150,7 @@ SEPARATE_PROJECTIONS = "BENCH_TRAIN_SEPARATE_PROJECTIONS"  # set: t2tcli rows pr
 PER_LAYER_BIAS = "BENCH_TRAIN_PER_LAYER_BIAS"  # set: t2tcli rows build the self-attention bias in every layer
 MESH_TF_NORM = "BENCH_TRAIN_MESH_TF_NORM"  # set: t2tcli rows use mesh-tf's own RMS norm ops
 EINSUMS_AS_WRITTEN = "BENCH_TRAIN_EINSUMS_AS_WRITTEN"  # set: t2tcli rows keep each einsum's operand order
+FLOAT32_LOGITS_PRODUCT = "BENCH_TRAIN_FLOAT32_LOGITS_PRODUCT"  # set: q and k cast to float32 for the logits
 
 
 def worker_t2t(
@@ -174,6 +176,8 @@ def worker_t2t(
         einsum_order.swapped = lambda equation: None
     if os.environ.get(MESH_TF_ATTENTION):
         gin_bindings.head_major = lambda use_tpu: False
+    if os.environ.get(FLOAT32_LOGITS_PRODUCT):
+        gin_bindings.rounds_attention_logits = lambda config: False
     if os.environ.get(SEPARATE_PROJECTIONS):
         gin_bindings.joins_projections = lambda config: False
     if os.environ.get(PER_LAYER_BIAS):
@@ -395,6 +399,12 @@ def main() -> None:
         "transposing some results, instead of the order that needs no transpose (an A/B)",
     )
     parser.add_argument(
+        "--float32_logits_product",
+        action="store_true",
+        help="t2tcli rows in bfloat16 cast attention's q and k to float32 for the logits' product instead of "
+        "rounding a bfloat16 product once (an A/B)",
+    )
+    parser.add_argument(
         "--step_budget",
         type=float,
         default=180,
@@ -423,6 +433,8 @@ def main() -> None:
         os.environ[MESH_TF_NORM] = "1"
     if args.einsums_as_written:
         os.environ[EINSUMS_AS_WRITTEN] = "1"
+    if args.float32_logits_product:
+        os.environ[FLOAT32_LOGITS_PRODUCT] = "1"
     if args.worker:
         kind, dims_json, dtype, *rest = args.worker
         profile = rest.pop() if kind == "t2t" and len(rest) == 6 else ""

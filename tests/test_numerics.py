@@ -5,6 +5,8 @@ Machines are described, not detected: no test depends on this machine's CPU.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -371,9 +373,17 @@ def test_the_chosen_dtype_is_what_the_graphs_compute_in(
         fast_kernels.machine.cache_clear()
 
 
-def _attention_and_grads(head_major: bool, arrays: dict[str, np.ndarray], dtype: str, one_query: bool = False):
+def _attention_and_grads(
+    head_major: bool,
+    arrays: dict[str, np.ndarray],
+    dtype: str,
+    one_query: bool = False,
+    train: bool = False,
+    rounded_logits_product: bool = False,
+):
     """Attention's output (in q's order) and d(sum of its squares)/d(q, k, v, bias), in float32,
-    the equations of the einsums the lowered graph runs, and its number of Softmax kernels."""
+    the equations (and result dtypes) of the einsums the lowered graph runs, and the dtypes of its
+    Softmax kernels."""
     from types import SimpleNamespace
 
     from mesh_tensorflow.transformer import attention as mtf_attention
@@ -395,8 +405,10 @@ def _attention_and_grads(head_major: bool, arrays: dict[str, np.ndarray], dtype:
         for name, dims in shapes.items():
             value = tf.constant(arrays[name][:, 0] if one_query and name in ("q", "bias") else arrays[name])
             x[name] = mtf.cast(mtf.import_tf_tensor(mesh, value, mtf.Shape(dims)), tf.as_dtype(dtype))
-        attend = head_major_attention if head_major else mtf_attention.attention
-        context = SimpleNamespace(train=False, model=SimpleNamespace(layout="", mesh_shape=""))
+        attend = mtf_attention.attention
+        if head_major:
+            attend = functools.partial(head_major_attention, rounded_logits_product=rounded_logits_product)
+        context = SimpleNamespace(train=train, model=SimpleNamespace(layout="", mesh_shape=""))
         out = attend(x["q"], x["k"], x["v"], memory, d_kv, d_kv, x["bias"], context=context)
         out = mtf.transpose(mtf.cast(out, tf.float32), mtf.Shape(shapes["q"]))
         grads = mtf.gradients([mtf.reduce_sum(mtf.square(out))], list(x.values()))
@@ -405,8 +417,9 @@ def _attention_and_grads(head_major: bool, arrays: dict[str, np.ndarray], dtype:
         values = [tf.cast(lowering.export_to_tf_tensor(t), tf.float32) for t in (out, *grads)]
         with tf1.Session() as sess:
             values = sess.run(values)
-        equations = [op.get_attr("equation").decode() for op in tf_graph.get_operations() if op.type == "Einsum"]
-        softmax_kernels = sum(op.type == "Softmax" for op in tf_graph.get_operations())
+        einsums = [op for op in tf_graph.get_operations() if op.type == "Einsum"]
+        equations = [f"{op.get_attr('equation').decode()} {op.outputs[0].dtype.name}" for op in einsums]
+        softmax_kernels = [op.outputs[0].dtype.name for op in tf_graph.get_operations() if op.type == "Softmax"]
     return values, equations, softmax_kernels
 
 
@@ -417,11 +430,11 @@ def _is_batched_matmul(equation: str) -> bool:
     if "," not in operands:
         return True  # a transpose
     a, b = operands.split(",")
+    result = result.split()[0]  # without the dtype _attention_and_grads adds
     return len(a) == len(b) == len(result) and a[:-2] == b[:-2] == result[:-2]
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_head_major_attention_is_mesh_tensorflows_attention_in_another_order(dtype):
+def _attention_arrays() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(4)
     arrays = {
         "q": rng.standard_normal((3, 5, 2, 4)),
@@ -429,7 +442,12 @@ def test_head_major_attention_is_mesh_tensorflows_attention_in_another_order(dty
         "v": rng.standard_normal((3, 6, 2, 4)),
         "bias": rng.standard_normal((2, 5, 6)),
     }
-    arrays = {name: value.astype(np.float32) for name, value in arrays.items()}
+    return {name: value.astype(np.float32) for name, value in arrays.items()}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_head_major_attention_is_mesh_tensorflows_attention_in_another_order(dtype):
+    arrays = _attention_arrays()
     ours, our_equations, our_softmaxes = _attention_and_grads(True, arrays, dtype)
     theirs, their_equations, their_softmaxes = _attention_and_grads(False, arrays, dtype)
     tolerance = 1e-5 if dtype == "float32" else 2e-2
@@ -442,13 +460,88 @@ def test_head_major_attention_is_mesh_tensorflows_attention_in_another_order(dty
     assert len(attention_products) == 6 and all(_is_batched_matmul(e) for e in attention_products)
     assert not all(_is_batched_matmul(e) for e in their_equations)
     # The memory length is the logits' last dimension: the softmax is TensorFlow's one kernel.
-    assert (our_softmaxes, their_softmaxes) == (1, 0)
+    assert (len(our_softmaxes), len(their_softmaxes)) == (1, 0)
     # One query position (incremental decoding): mesh-tensorflow's order, nothing transposed.
     one, one_equations, _ = _attention_and_grads(True, arrays, dtype, one_query=True)
     other, other_equations, _ = _attention_and_grads(False, arrays, dtype, one_query=True)
     assert one_equations == other_equations
     for mine, theirs_ in zip(one, other, strict=True):
         np.testing.assert_array_equal(mine, theirs_)
+
+
+def test_training_in_bfloat16_can_take_the_logits_from_a_bfloat16_product():
+    """With rounded_logits_product, training's logits and their gradients are bfloat16
+    products (the logits rounded once, then float32 for the bias and softmax): values
+    within bfloat16's rounding of the float32 product's; evaluation keeps the float32 product."""
+    arrays = _attention_arrays()
+    exact, exact_equations, _ = _attention_and_grads(True, arrays, "bfloat16", train=True)
+    rounded, rounded_equations, softmaxes = _attention_and_grads(
+        True, arrays, "bfloat16", train=True, rounded_logits_product=True
+    )
+    products = [e for e in exact_equations if "," in e]
+    # The float32 product: the logits, and their gradients to q and k.
+    assert sorted(e.split()[1] for e in products) == ["bfloat16"] * 3 + ["float32"] * 3
+    assert [e.split()[0] for e in rounded_equations] == [e.split()[0] for e in exact_equations]
+    assert all(e.endswith(" bfloat16") for e in rounded_equations if "," in e)
+    assert softmaxes == ["float32"]  # the bias and softmax stay float32
+    differs = False
+    for mine, other in zip(rounded, exact, strict=True):
+        assert np.abs(mine).sum() > 0
+        # Within bfloat16's rounding at each array's scale: a gradient that is a small
+        # difference of large terms keeps their absolute error.
+        np.testing.assert_allclose(mine, other, rtol=2e-2, atol=2e-2 * np.abs(other).max())
+        differs = differs or not np.array_equal(mine, other)
+    assert differs, "the logits were not rounded"
+    # Evaluation (and float32 activations) keep the float32 product, exactly.
+    for dtype, train in (("bfloat16", False), ("float32", True)):
+        kept, kept_equations, _ = _attention_and_grads(True, arrays, dtype, train=train, rounded_logits_product=True)
+        plain, plain_equations, _ = _attention_and_grads(True, arrays, dtype, train=train)
+        assert kept_equations == plain_equations
+        for mine, other in zip(kept, plain, strict=True):
+            np.testing.assert_array_equal(mine, other)
+
+
+@pytest.mark.parametrize(
+    "machine, requested, rounds",
+    [
+        (cpu(AMX), "auto", True),
+        (cpu(AVX512_BF16), "auto", True),
+        (cpu(AVX512_BF16), "float32", False),
+        (cpu(AVX2), "auto", False),
+        (cpu(AVX2), "bfloat16", False),  # emulated: its products are float32 anyway
+    ],
+    ids=["amx_auto", "avx512_bf16_auto", "avx512_bf16_float32", "avx2_auto", "avx2_bfloat16"],
+)
+def test_training_rounds_the_logits_product_only_where_bfloat16_products_are_native(
+    machine, requested, rounds, monkeypatch, tmp_path
+):
+    from t2tcli.model import gin_bindings
+
+    monkeypatch.setattr(hardware, "detect", lambda use_tpu=False: machine)
+    tiny = registry.hparams("mtf_transformer_tiny")
+    tiny.override_from_dict({"activation_dtype": requested, "inputs_length": 8, "targets_length": 8, "batch_size": 4})
+    config = model_config.build(tiny, 40)
+    assert gin_bindings.rounds_attention_logits(config) is rounds
+    assert not gin_bindings.rounds_attention_logits(model_config.build(tiny, 40, use_tpu=True))
+    assert ("t2tcli.HeadMajorSelfAttention.rounded_logits_product = True" in gin_bindings.bindings(config)) is rounds
+    if not rounds:
+        return
+    layers = tiny.num_encoder_layers + 2 * tiny.num_decoder_layers
+
+    def float32_attention_products() -> int:
+        """The training graph's attention products (two [batch, heads, ...] operands) made in float32."""
+        ops = _model_graph_ops(tiny, tf.estimator.ModeKeys.TRAIN, tmp_path)
+        attention = [
+            op.outputs[0].dtype.name
+            for op in ops
+            if op.type == "Einsum" and len(op.inputs) == 2 and all(t.shape.rank == 4 for t in op.inputs)
+        ]
+        assert len(attention) == 6 * layers
+        return attention.count("float32")
+
+    assert float32_attention_products() == 0
+    monkeypatch.setattr(gin_bindings, "rounds_attention_logits", lambda config: False)
+    assert float32_attention_products() == 3 * layers  # the logits and their two gradients
 
 
 def test_the_model_runs_attention_head_major_off_tpu_with_mesh_tensorflows_variables(monkeypatch, tmp_path):

@@ -8,7 +8,8 @@ times the values, and their gradients), so at T5's shapes, on CPUs, those einsum
 below the machine's matmul peak. Put in head-major order once, before the logits, q, k and v
 cost one transpose each way, and every attention einsum is a plain batched matmul. The
 values are mesh-tensorflow's: only the order of dimensions in memory changes (float32
-logits, biases and dropout as before). In that order the memory length is the logits'
+logits, biases and dropout as before; `head_major_attention` says how training in
+bfloat16 rounds the logits' product). In that order the memory length is the logits'
 last dimension, which TensorFlow's softmax kernel reduces over: one kernel replaces
 mesh-tensorflow's chain of element-wise ops, the same function to float rounding.
 
@@ -27,6 +28,7 @@ adds it; its gradient is the sum of the layers', as before.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import gin
@@ -100,6 +102,7 @@ def head_major_attention(
     context: Any = None,
     float32_logits: bool = True,
     z_loss_coeff: float | None = None,
+    rounded_logits_product: bool = False,
 ) -> mtf.Tensor:
     """mesh-tensorflow's `attention.attention` with q, k and v put in head-major order first.
 
@@ -107,6 +110,13 @@ def head_major_attention(
     d_kv; the result comes back in that order, and the output projection's einsum reads it
     as it is. The memory length is then the logits' last dimension, so the softmax over it
     is TensorFlow's kernel.
+
+    With `rounded_logits_product`, training with bfloat16 q and k takes the logits from
+    their bfloat16 product (float32 sums, the result rounded once) and casts them to
+    float32 for the bias and softmax, as PyTorch's bfloat16 autocast does, rather than
+    casting q and k to float32 for a float32 product: where bfloat16 products are native,
+    the float32 ones and their gradients run at a fraction of that rate. Evaluation,
+    scoring and decoding keep the float32 product, so their numbers do not change.
     """
     kwargs = dict(
         bias=bias,
@@ -135,9 +145,17 @@ def head_major_attention(
     q, k, v, bias = mtf_attention.maybe_reshape_attention_input_for_2d_sharding(
         context, q, k, v, bias, [key_dim, value_dim]
     )
-    if float32_logits:
+    rounded = (
+        rounded_logits_product
+        and float32_logits
+        and getattr(context, "train", False)
+        and q.dtype == k.dtype == tf.bfloat16
+    )
+    if float32_logits and not rounded:
         q, k = mtf.cast(q, tf.float32), mtf.cast(k, tf.float32)
     logits = mtf.layers.us_einsum([q, k], reduced_dims=[key_dim])
+    if rounded:
+        logits = mtf.cast(logits, tf.float32)
     if bias is not None:
         logits += _bias_in_logits_order(bias, logits, context)
     if logits.shape.dims[-1] == memory_length_dim:
@@ -179,11 +197,13 @@ def _joined(params: Any, context: Any, wanted: bool, with_query: bool) -> Any:
 @gin.configurable("HeadMajorSelfAttention", module="t2tcli")
 class SelfAttention(transformer_layers.SelfAttention):
     """mesh-tensorflow's SelfAttention (same variables, same gin settings) with head-major
-    attention, and q, k and v from one product when `joined_projections`."""
+    attention, q, k and v from one product when `joined_projections`, and training's
+    logits as `head_major_attention` describes when `rounded_logits_product`."""
 
-    def __init__(self, joined_projections: bool = False, **kwargs: Any) -> None:
+    def __init__(self, joined_projections: bool = False, rounded_logits_product: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.joined_projections = joined_projections
+        self.rounded_logits_product = rounded_logits_product
 
     def make_params(self, context: Any) -> Any:
         return _joined(super().make_params(context), context, self.joined_projections, with_query=True)
@@ -233,21 +253,23 @@ class SelfAttention(transformer_layers.SelfAttention):
     def attention_fn(self) -> Any:
         if self.attention_func == "hybrid":
             return super().attention_fn
-        return head_major_attention
+        return functools.partial(head_major_attention, rounded_logits_product=self.rounded_logits_product)
 
 
 @gin.configurable("HeadMajorEncDecAttention", module="t2tcli")
 class EncDecAttention(transformer_layers.EncDecAttention):
     """mesh-tensorflow's EncDecAttention (same variables, same gin settings) with head-major
-    attention, and k and v from one product when `joined_projections`."""
+    attention, k and v from one product when `joined_projections`, and training's logits
+    as `head_major_attention` describes when `rounded_logits_product`."""
 
-    def __init__(self, joined_projections: bool = False, **kwargs: Any) -> None:
+    def __init__(self, joined_projections: bool = False, rounded_logits_product: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.joined_projections = joined_projections
+        self.rounded_logits_product = rounded_logits_product
 
     def make_params(self, context: Any) -> Any:
         return _joined(super().make_params(context), context, self.joined_projections, with_query=False)
 
     @property
     def attention_fn(self) -> Any:
-        return head_major_attention
+        return functools.partial(head_major_attention, rounded_logits_product=self.rounded_logits_product)

@@ -67,6 +67,14 @@ def joins_projections(config: ModelConfig) -> bool:
     return head_major(config.use_tpu) and narrow and config.mesh.split_of("heads") == 1
 
 
+def rounds_attention_logits(config: ModelConfig) -> bool:
+    """Whether training takes head-major attention's logits from a bfloat16 product
+    (t2tcli.model.attention.head_major_attention): with bfloat16 activations where the
+    products are native, not computed in float32 (t2tcli.model.kernel_layout)."""
+    native = not config.kernels.float32_einsums
+    return head_major(config.use_tpu) and config.activation_dtype == "bfloat16" and native
+
+
 def _literal(hp: HParams, key: str, kind: type) -> str:
     """The hparam as a Python literal gin parses back to the same value; anything but a
     value of `kind` is refused, so no text from a model_dir can add a binding or an import."""
@@ -137,6 +145,9 @@ def bindings(config: ModelConfig) -> list[str]:
     if joins_projections(config):
         out.append("t2tcli.HeadMajorSelfAttention.joined_projections = True")
         out.append("t2tcli.HeadMajorEncDecAttention.joined_projections = True")
+    if rounds_attention_logits(config):
+        out.append("t2tcli.HeadMajorSelfAttention.rounded_logits_product = True")
+        out.append("t2tcli.HeadMajorEncDecAttention.rounded_logits_product = True")
     if gathers_embeddings(config):
         out.append("get_vocab_embedding_cls.cls = @t2tcli.GatherVocabEmbedding")
     if fuses_loss(config):
