@@ -116,3 +116,26 @@ def test_model_and_data_parallel_meshes_match_one_device():
         assert grads.keys() == grads1.keys()
         for name in grads1:
             np.testing.assert_allclose(grads[name], grads1[name], rtol=1e-3, atol=1e-6, err_msg=f"{mesh_shape} {name}")
+
+
+def _dropout_masks(seed: int, mesh_shape: str, layout: str) -> list[np.ndarray]:
+    """Each mesh position's slice of one dropout mask, in a fresh graph seeded with `seed`."""
+    with tf.Graph().as_default():
+        tf1.set_random_seed(seed)
+        spec = meshlib.spec_from_hparams(tiny(mesh_shape=mesh_shape, layout=layout))
+        impl = meshlib.PlacementMeshImpl(spec.mtf_shape(), spec.mtf_layout(), [""] * spec.size, False)
+        mesh = mtf.Mesh(mtf.Graph(), "mesh")
+        ones = mtf.ones(mesh, mtf.Shape([mtf.Dimension("batch", 8), mtf.Dimension("d_model", 32)]))
+        masked = mtf.dropout(ones, is_training=True, keep_prob=0.5)
+        lowering = mtf.Lowering(mesh.graph, {mesh: impl})
+        with tf1.Session() as sess:
+            return sess.run(lowering.tensors[masked].to_laid_out_tensor().all_slices)
+
+
+def test_dropout_follows_the_graph_seed_and_replicated_slices_agree():
+    first, again, other = (_dropout_masks(seed, "batch:2", "batch:batch") for seed in (5, 5, 6))
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True)), "same seed, same masks"
+    assert not np.array_equal(first[0], other[0]), "another seed, other masks"
+    assert not np.array_equal(first[0], first[1]), "the batch's two halves are masked apart"
+    replicated = _dropout_masks(5, "model:2", "d_ff:model")  # [batch, d_model] is whole on both
+    assert np.array_equal(replicated[0], replicated[1])

@@ -59,7 +59,9 @@ flags.DEFINE_integer(
     "tensor2tensor's GPUs per worker: N > 1 splits each batch over N GPUs (--mesh_shape=batch:N); 0 or 1 "
     "runs on one device, as without it.",
 )
-flags.DEFINE_integer("random_seed", None, "Seeds data order and initial weights: a rerun on one machine repeats it.")
+flags.DEFINE_integer(
+    "random_seed", None, "Seeds initial weights, data order and dropout: a rerun on one machine repeats it."
+)
 
 _RECORDED = (
     "problem",

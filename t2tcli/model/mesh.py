@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 import re
+import zlib
+from typing import Any
 
 from t2tcli.compat import tf
 from t2tcli.errors import UserError, did_you_mean
@@ -191,6 +194,30 @@ class PlacementMeshImpl(mtf.placement_mesh_impl.PlacementMeshImpl):
     def __init__(self, shape: mtf.Shape, layout: mtf.LayoutRules, devices: list[str], float32_einsums: bool) -> None:
         super().__init__(shape, layout, devices)
         self.float32_einsums = float32_einsums
+        self._seeds_for: tf.Graph | None = None
+        self._seeds = random.Random()
+
+    def random(self, shape: mtf.Shape, tf_fn: Any, kwargs: dict) -> Any:
+        """A random op (dropout's mask), its slices seeded from the graph's seed.
+
+        mesh-tensorflow seeds each one from Python's unseeded `random` and a string hash
+        that changes from process to process, so runs with one --random_seed and dropout
+        differed. Here the ops draw their seeds in the order the graph makes them from a
+        generator seeded with the graph's seed (unseeded without one, as before); slices
+        at the same offset still get the same seed, so replicated slices agree.
+        """
+        graph = tf.compat.v1.get_default_graph()
+        if self._seeds_for is not graph:
+            self._seeds_for, self._seeds = graph, random.Random(graph.seed)
+        op_seed = self._seeds.getrandbits(31)
+        slice_shape = self.slice_shape(shape)
+
+        def one_slice(pnum: int) -> tf.Tensor:
+            begin = self.slice_begin(shape, pnum)
+            seed = zlib.crc32(f"{op_seed},{begin}".encode()) & 0x7FFFFFFF
+            return tf_fn(slice_shape, seed=seed, **kwargs)
+
+        return self.slicewise(one_slice, self.laid_out_pnum())
 
     def einsum(self, equation: str, *slices: tf.Tensor) -> tf.Tensor:
         if self.float32_einsums and slices[0].dtype == tf.bfloat16:
