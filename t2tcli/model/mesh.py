@@ -194,8 +194,8 @@ class PlacementMeshImpl(mtf.placement_mesh_impl.PlacementMeshImpl):
     def __init__(self, shape: mtf.Shape, layout: mtf.LayoutRules, devices: list[str], float32_einsums: bool) -> None:
         super().__init__(shape, layout, devices)
         self.float32_einsums = float32_einsums
-        self._seeds_for: tf.Graph | None = None
-        self._seeds = random.Random()
+        self._seeds_for: tf.Graph | None = None  # the graph _seeds was seeded for
+        self._seeds: random.Random | None = None
 
     def random(self, shape: mtf.Shape, tf_fn: Any, kwargs: dict) -> Any:
         """A random op (dropout's mask), its slices seeded from the graph's seed.
