@@ -25,14 +25,14 @@ def emulated_einsum(machine: hardware.Machine) -> bool:
 
 
 def beam_attention_on_onednn(machine: hardware.Machine) -> bool:
-    """Whether a decode step's attention with several queries per product (beam search's
-    encoder-decoder attention: an input's beams against its encoder keys) runs on oneDNN's
-    batch matmul and softmax rather than Eigen's.
+    """Whether a decode step's attention with several queries per product (an input's beams
+    at once: beam search's encoder-decoder attention, and the older part of its
+    self-attention caches) runs on oneDNN's batch matmul and softmax rather than Eigen's.
 
     Only where oneDNN runs AVX-512 does its batch matmul beat Eigen's at these shapes.
-    Single queries (greedy decoding, every self-attention step) stay on Eigen everywhere,
-    which is faster for them; AVX2-class CPUs keep Eigen, where oneDNN's gain was within
-    noise.
+    Single queries (greedy decoding, a beam row's own recent positions) stay on Eigen
+    everywhere, which is faster for them; AVX2-class CPUs keep Eigen, where oneDNN's gain
+    was within noise.
     """
     return hardware.onednn_avx512(machine)
 
