@@ -10,6 +10,7 @@ on the front page exists and an anchor names a heading that does.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -204,6 +205,24 @@ def test_every_python_block_is_valid_python():
             if match.group(1) == "python":
                 line = text.count("\n", 0, match.start()) + 1
                 compile(match.group(3), f"{_name(path)}:{line}", "exec")
+
+
+def test_the_mixtures_the_documents_show_are_registered_as_mixtures():
+    """A guide's Mixture registered with register_problem would load, but --registry_help
+    would list it among the problems; readers copy what the guides show."""
+    shown = 0
+    for path in DOCUMENTS:
+        for lang, _, code in FENCE.findall(path.read_text(encoding="utf-8")):
+            if lang != "python":
+                continue
+            for node in ast.walk(ast.parse(code)):
+                if isinstance(node, ast.ClassDef) and any(getattr(b, "id", "") == "Mixture" for b in node.bases):
+                    shown += 1
+                    decorators = [ast.unparse(d) for d in node.decorator_list]
+                    assert any(d.startswith("register_mixture") for d in decorators), (
+                        f"{_name(path)}: Mixture {node.name} is registered by {decorators}, not register_mixture"
+                    )
+    assert shown, "no document shows a Mixture"
 
 
 def test_the_readme_mixture_is_the_shipped_one():
