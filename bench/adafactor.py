@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from train import T5_VOCAB  # the vocabulary bench/train.py trains with
+from turns import in_turn
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -100,8 +101,8 @@ def main() -> None:
     totals = dict.fromkeys(optimizers, 0.0)
     for group, shapes in weight_groups(args.hparams_set, args.vocab).items():
         best = dict.fromkeys(optimizers, float("inf"))
-        for _ in range(args.turns):
-            for name, cls in optimizers.items():
+        for turn in range(args.turns):
+            for name, cls in in_turn(list(optimizers.items()), turn):
                 best[name] = min(best[name], update_time_ms(cls, shapes, args.rounds))
         for name in optimizers:
             totals[name] += best[name]

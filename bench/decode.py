@@ -28,8 +28,9 @@ beam search through `generate`, and spares CTranslate2 the end-of-line checks t2
 makes. Two inputs: --lines lines of --words random words
 (the fixed-shape case), and the shipped translation data's English sentences (mixed
 lengths, where sorting batches by length counts). The systems run in turns, --repeats
-times; each figure is a system's median run, printed with the range of its runs, and the
-machine's CPU kind is printed with them.
+times, in reverse order every other turn (bench/turns.py); each figure is a system's
+median run, printed with the range of its runs, and the machine's CPU kind is printed
+with them.
 
 With --model_dir, a trained model is decoded instead, where lines end early and a system
 that drops finished lines from its batches gains by it; the peers decode that model_dir's
@@ -66,6 +67,7 @@ sys.path.insert(0, str(REPO / "examples"))
 import openvino_peer  # noqa: E402
 from peer import usable_cores  # noqa: E402
 from train import T5_VOCAB  # noqa: E402  # the vocabulary bench/train.py trains with
+from turns import in_turn  # noqa: E402
 
 # How the ratio lines name the row engine=auto chose, for bench/report.py to read.
 DEFAULT_IS = "t2t-decode default is"
@@ -476,8 +478,8 @@ def main() -> None:
                 chosen, _ = settings.choose(loaded, {"engine": "auto", "beam_size": beam, "alpha": 0.6})
                 default_system = ENGINE_ROWS[chosen]
                 runs: dict[str, list[dict]] = {name: [] for name in systems}
-                for _ in range(args.repeats):  # in turns, so every system sees the same weather
-                    for name in list(systems):
+                for turn in range(args.repeats):  # in turns, so every system sees the same weather
+                    for name in in_turn(systems, turn):
                         if name not in systems:  # left out after a failed run
                             continue
                         result = measure(name, beam, src, batches, paths, args)

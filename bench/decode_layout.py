@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 import decode as bench_decode  # bench/decode.py: the random model and its inputs (and t2tcli on sys.path)
+from turns import in_turn
 
 from t2tcli.model.kernel_layout import FFN_PADDING
 
@@ -104,9 +105,9 @@ def main() -> None:
         src.write_text("\n".join(bench_decode.inputs_random(args.lines, 9, 0)) + "\n")
         runs: dict[tuple[int, str], list[float]] = {}
         digests: dict[int, set[str]] = {}
-        for _ in range(args.rounds):
+        for turn in range(args.rounds):
             for beam in beams:
-                for name, forced in variants.items():
+                for name, forced in in_turn(list(variants.items()), turn):
                     out = work / "out.txt"
                     runs.setdefault((beam, name), []).append(decode_seconds(model_dir, src, out, beam, forced))
                     digests.setdefault(beam, set()).add(hashlib.sha256(out.read_bytes()).hexdigest())

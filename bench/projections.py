@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from train import T5_VOCAB  # noqa: E402  # the vocabulary bench/train.py trains with
+from turns import in_turn  # noqa: E402
 
 from t2tcli import registry  # noqa: E402
 from t2tcli.compat import tf  # noqa: E402
@@ -104,8 +105,8 @@ def main() -> None:
             session.run(fetches)  # warm-up
             sessions[layer, side] = (session, fetches)
     best: dict = {}
-    for _ in range(args.turns):
-        for key, (session, fetches) in sessions.items():
+    for turn in range(args.turns):
+        for key, (session, fetches) in in_turn(list(sessions.items()), turn):
             times = []
             for _ in range(args.rounds):
                 start = time.perf_counter()

@@ -28,7 +28,8 @@ autocast, each eager and under `torch.compile` (--peer_modes); every row is show
 fastest is the peer's best, which the ratios compare against. Model FLOPs utilisation (MFU)
 divides analytic model FLOPs (3x forward matmul FLOPs, attention included) by this machine's
 measured matmul peak for the dtype used. Each configuration runs in a fresh process,
---repeats times in turns, its best kept; timings exclude graph building and the first steps.
+--repeats times in turns (reversed every other turn), its best kept; timings exclude graph
+building and the first steps.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import time
 from pathlib import Path
 
 import step_trace
+from turns import in_turn
 
 REPO = Path(__file__).resolve().parent.parent
 T5_VOCAB = 32128  # T5's SentencePiece vocabulary padded to a multiple of 128
@@ -486,7 +488,7 @@ def main() -> None:
     timed_steps: dict[tuple[str, str], int] = {}  # of each configuration's best run
     unfinished: set[tuple[str, str]] = set()
     for round_ in range(args.repeats):
-        for kind, dtype, _label in configs:
+        for kind, dtype, _label in in_turn(configs, round_):
             if (kind, dtype) in unfinished:
                 continue
             if round_ and best and best.get((kind, dtype), 0.0) > 5 * min(best.values()):

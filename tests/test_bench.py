@@ -572,3 +572,18 @@ def test_every_decode_system_runs_the_same_search_each_line_until_it_ends(tmp_pa
     assert list(asked) == systems
     want = {"lines": 3, "batch": 2, "beam": beam, "most": length, "least": 0, "sampled": False}
     assert {name: want for name in asked} == asked
+
+
+def test_systems_swap_ends_every_other_turn():
+    """Under a steady drift, a system that always ran first would meet a faster or slower
+    machine than the one that always ran last: over two turns every system's slots add up
+    to the same."""
+    import turns
+
+    systems = ["ours", "peer eager", "peer compiled"]
+    orders = [turns.in_turn(systems, turn) for turn in range(4)]
+    assert orders[0] == orders[2] == systems
+    assert orders[1] == orders[3] == systems[::-1]
+    slots = {name: sum(order.index(name) for order in orders[:2]) for name in systems}
+    assert len(set(slots.values())) == 1, slots
+    assert systems == ["ours", "peer eager", "peer compiled"]  # the caller's list is left as it was
