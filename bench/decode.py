@@ -340,8 +340,8 @@ def rate(result: dict) -> float:
 
 def median_run(runs: list[dict]) -> dict:
     """The run of median speed (the slower middle one of an even count). A median rather
-    than a best: this machine's speed drifts by 15-30% within minutes, and the best of a
-    few runs ranks systems by which one met a fast minute."""
+    than a best: a VM's speed drifts within minutes, and the best of a few runs ranks
+    systems by which one met a fast minute."""
     ranked = sorted(runs, key=rate)
     return ranked[(len(ranked) - 1) // 2]
 

@@ -116,9 +116,9 @@ def worker_peak(dtype: str) -> dict:
     or more.
 
     Each call chains four products and reduces only the last, so the reduction's pass and
-    the call's overhead are small beside the products; with one short product per call
-    (17 ms in bfloat16 on an AMX CPU) the peak measured in four processes ranged 0.54-1.28
-    TFLOP/s there. The median says how steady the machine was while it was measured.
+    the call's overhead are small beside the products; with one short product per call, the
+    overhead weighed on the figure and the peak measured varied widely from one process to
+    the next. The median says how steady the machine was while it was measured.
     """
     sys.path.insert(0, str(REPO))
     from t2tcli.compat import tf
@@ -418,7 +418,7 @@ def main() -> None:
         type=float,
         default=1200,
         help="seconds one configuration's run may take before it is stopped and reported as unfinished "
-        "(the peer's bfloat16 autocast on an AVX2-only CPU ran past 22 minutes)",
+        "(the peer's bfloat16 autocast, on a CPU without native bfloat16, can run for many times its float32's)",
     )
     args = parser.parse_args()
     if args.mesh_tf_adafactor:
@@ -482,8 +482,8 @@ def main() -> None:
     results = {}
     configs = select_configs(default, args.only, args.peer_modes)
     dims_json = json.dumps(dims)
-    # Runs in turns, each configuration's best kept: a 2-core VM's speed drifts by 10-20%
-    # from one minute to the next, more than the differences between some rows.
+    # Runs in turns, each configuration's best kept: a 2-core VM's speed drifts from one
+    # minute to the next by more than the differences between some rows.
     best: dict[tuple[str, str], float] = {}
     timed_steps: dict[tuple[str, str], int] = {}  # of each configuration's best run
     unfinished: set[tuple[str, str]] = set()
