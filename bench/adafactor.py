@@ -102,7 +102,7 @@ def main() -> None:
     for group, shapes in weight_groups(args.hparams_set, args.vocab).items():
         best = dict.fromkeys(optimizers, float("inf"))
         for turn in range(args.turns):
-            for name, cls in in_turn(list(optimizers.items()), turn):
+            for name, cls in in_turn(optimizers.items(), turn):
                 best[name] = min(best[name], update_time_ms(cls, shapes, args.rounds))
         for name in optimizers:
             totals[name] += best[name]

@@ -107,7 +107,7 @@ def main() -> None:
         digests: dict[int, set[str]] = {}
         for turn in range(args.rounds):
             for beam in beams:
-                for name, forced in in_turn(list(variants.items()), turn):
+                for name, forced in in_turn(variants.items(), turn):
                     out = work / "out.txt"
                     runs.setdefault((beam, name), []).append(decode_seconds(model_dir, src, out, beam, forced))
                     digests.setdefault(beam, set()).add(hashlib.sha256(out.read_bytes()).hexdigest())

@@ -106,7 +106,7 @@ def main() -> None:
             sessions[layer, side] = (session, fetches)
     best: dict = {}
     for turn in range(args.turns):
-        for key, (session, fetches) in in_turn(list(sessions.items()), turn):
+        for key, (session, fetches) in in_turn(sessions.items(), turn):
             times = []
             for _ in range(args.rounds):
                 start = time.perf_counter()

@@ -8,12 +8,13 @@ over more.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import TypeVar
 
 Item = TypeVar("Item")
 
 
-def in_turn(items: Sequence[Item], turn: int) -> list[Item]:
+def in_turn(items: Iterable[Item], turn: int) -> list[Item]:
     """`items` in the order turn `turn` (0, 1, ...) runs them."""
-    return list(items) if turn % 2 == 0 else list(reversed(items))
+    ordered = list(items)
+    return ordered if turn % 2 == 0 else ordered[::-1]
