@@ -38,6 +38,8 @@ Hugging Face export (`t2t-export --export_format=hf`).
 
     python bench/decode.py                       # t5_small, greedy and beam 4
     python bench/decode.py --hparams_set=t5_base --lines=128
+    python bench/decode.py --data=random --beams=4 --repeats=6 \
+        --systems "t2t-decode ctranslate2 int8" "CTranslate2 int8"   # two systems alone, in turns
     # a trained model_dir (a fine-tuned T5, say), each line decoded until it ends:
     python bench/decode.py --model_dir=runs/my_t5 --max_decode_length=64 --data=translation
     # an AVX2-class CPU's code paths, on a CPU with AVX-512 (every system is held back):
@@ -349,10 +351,10 @@ def median_run(runs: list[dict]) -> dict:
 def ratios(results: list[dict]) -> list[str]:
     """The targets: the default CPU path against CTranslate2 float32, TensorFlow's fast
     engine against HF generate, t2t-decode's CTranslate2 int8 against CTranslate2's own,
-    each peer in its faster layout (BEST_OF)."""
+    each peer in its faster layout (BEST_OF); a line for each pair whose two sides ran."""
 
-    def best(by: dict[str, float], peer: str) -> float:
-        return max(by[name] for name in BEST_OF[peer] if name in by)
+    def best(by: dict[str, float], peer: str) -> float | None:
+        return max((by[name] for name in BEST_OF[peer] if name in by), default=None)
 
     out = []
     for data in dict.fromkeys(r["data"] for r in results):
@@ -361,25 +363,22 @@ def ratios(results: list[dict]) -> list[str]:
             search = "greedy" if beam == 1 else f"beam {beam}"
             # What engine=auto chose on this machine for this search.
             default_system = next(r["default_system"] for r in results if r["data"] == data and r["beam"] == beam)
-            default = by[default_system]
+            default = by.get(default_system)
+            int8 = by.get("t2t-decode ctranslate2 int8")
+            pairs = (
+                ("t2t-decode default / CTranslate2 float32 best", default, best(by, "CTranslate2 float32 best")),
+                ("t2t-decode fast (TF) / HF generate", by.get("t2t-decode fast (TF)"), by.get("HF generate float32")),
+                ("t2t-decode ctranslate2 int8 / CTranslate2 int8 best", int8, best(by, "CTranslate2 int8 best")),
+                ("t2t-decode default / OpenVINO best", default, best(by, "OpenVINO best")),
+                ("t2t-decode ctranslate2 int8 / OpenVINO int8", int8, by.get("OpenVINO int8")),
+            )
+            if default is not None:
+                out.append(f"{data}, {search}: {DEFAULT_IS} {default_system}")
             out += [
-                f"{data}, {search}: {DEFAULT_IS} {default_system}",
-                f"{data}, {search}: t2t-decode default / CTranslate2 float32 best: "
-                f"{default / best(by, 'CTranslate2 float32 best'):.2f}x",
-                f"{data}, {search}: t2t-decode fast (TF) / HF generate: "
-                f"{by['t2t-decode fast (TF)'] / by['HF generate float32']:.2f}x",
-                f"{data}, {search}: t2t-decode ctranslate2 int8 / CTranslate2 int8 best: "
-                f"{by['t2t-decode ctranslate2 int8'] / best(by, 'CTranslate2 int8 best'):.2f}x",
+                f"{data}, {search}: {label}: {ours / peer:.2f}x"
+                for label, ours, peer in pairs
+                if ours is not None and peer is not None
             ]
-            if any(name in by for name in BEST_OF["OpenVINO best"]):
-                out.append(
-                    f"{data}, {search}: t2t-decode default / OpenVINO best: {default / best(by, 'OpenVINO best'):.2f}x"
-                )
-            if "OpenVINO int8" in by:
-                out.append(
-                    f"{data}, {search}: t2t-decode ctranslate2 int8 / OpenVINO int8: "
-                    f"{by['t2t-decode ctranslate2 int8'] / by['OpenVINO int8']:.2f}x"
-                )
             # Drift-free: t2t-decode's own work, timed within each run.
             own = [
                 share
@@ -408,6 +407,12 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--beams", default="1,4")
     parser.add_argument("--repeats", type=int, default=3, help="each system's median of this many runs, in turns")
+    parser.add_argument(
+        "--systems",
+        nargs="+",
+        metavar="NAME",
+        help="run only these systems, each name as the table prints it (an A/B of two in turns); default: all",
+    )
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--quick", action="store_true", help="smoke run: 64 lines, greedy, 1 repeat")
     parser.add_argument(
@@ -424,6 +429,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.lines, args.beams, args.repeats = 64, "1", 1
+
+    if args.systems and (unknown := set(args.systems) - set(SYSTEMS + OPENVINO_SYSTEMS)):
+        sys.exit(f"--systems: unknown {', '.join(sorted(unknown))} (known: {', '.join(SYSTEMS + OPENVINO_SYSTEMS)})")
 
     from t2tcli.data.vocabulary.vocab import Vocabulary
     from t2tcli.decode import batching, settings
@@ -447,13 +455,16 @@ def main() -> None:
             "work": work,
             "ov_venv": Path(args.openvino_venv).resolve(),
         }
-        systems = list(SYSTEMS)
+        systems = [name for name in SYSTEMS if not args.systems or name in args.systems]
         openvino_note = "OpenVINO rows left out: --openvino=off"
-        if args.openvino == "auto":
+        wanted_openvino = [name for name in OPENVINO_SYSTEMS if not args.systems or name in args.systems]
+        if args.openvino == "auto" and not wanted_openvino:
+            openvino_note = "OpenVINO rows left out: --systems"
+        elif args.openvino == "auto":
             found, why = openvino_paths(paths["ov_venv"], hf_dir, work)
             paths.update(found)
             if found:
-                systems += OPENVINO_SYSTEMS
+                systems += wanted_openvino
                 openvino_note = ""
             else:
                 openvino_note = f"OpenVINO rows left out: {why}"

@@ -269,6 +269,14 @@ def test_the_default_decode_row_is_the_one_decode_py_names():
     assert next(r for r in inferred if r["ours"] == "t2t-decode default")["ours_figure"] == "21.1 sent/s"
 
 
+def test_a_run_of_some_systems_prints_the_ratios_whose_two_sides_ran():
+    """`--systems` runs an A/B of two: the engine auto picks and the other peers did not run."""
+    import decode
+
+    lines = decode.ratios(_decode_results({"t2t-decode ctranslate2 int8": 19.0, "CTranslate2 int8": 20.0}))
+    assert lines == ["9 random words, greedy: t2t-decode ctranslate2 int8 / CTranslate2 int8 best: 0.95x"]
+
+
 def test_each_shape_in_a_train_log_is_a_case_of_its_own_against_its_own_peak():
     """`bench/run` runs t5_small's shape, then t5_base's, into one log."""
     import report
