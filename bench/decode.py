@@ -431,7 +431,7 @@ def main() -> None:
         args.lines, args.beams, args.repeats = 64, "1", 1
 
     if args.systems and (unknown := set(args.systems) - set(SYSTEMS + OPENVINO_SYSTEMS)):
-        sys.exit(f"--systems: unknown {', '.join(sorted(unknown))} (known: {', '.join(SYSTEMS + OPENVINO_SYSTEMS)})")
+        sys.exit(f"--systems: unknown {', '.join(sorted(unknown))} (known: {'; '.join(SYSTEMS + OPENVINO_SYSTEMS)})")
 
     from t2tcli.data.vocabulary.vocab import Vocabulary
     from t2tcli.decode import batching, settings
@@ -455,9 +455,10 @@ def main() -> None:
             "work": work,
             "ov_venv": Path(args.openvino_venv).resolve(),
         }
-        systems = [name for name in SYSTEMS if not args.systems or name in args.systems]
+        wanted = set(args.systems or SYSTEMS + OPENVINO_SYSTEMS)
+        systems = [name for name in SYSTEMS if name in wanted]
         openvino_note = "OpenVINO rows left out: --openvino=off"
-        wanted_openvino = [name for name in OPENVINO_SYSTEMS if not args.systems or name in args.systems]
+        wanted_openvino = [name for name in OPENVINO_SYSTEMS if name in wanted]
         if args.openvino == "auto" and not wanted_openvino:
             openvino_note = "OpenVINO rows left out: --systems"
         elif args.openvino == "auto":
