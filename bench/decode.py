@@ -296,6 +296,8 @@ SYSTEMS = (
     "CTranslate2 int8, a batch at a time",
 )
 OPENVINO_SYSTEMS = ("OpenVINO default", "OpenVINO float32", "OpenVINO int8")
+# Every name --systems may ask for, in the order the table prints them.
+ALL_SYSTEMS = SYSTEMS + OPENVINO_SYSTEMS
 # The rows a peer's "best" in the ratio lines is the fastest of (its int8 is compared with ours).
 BEST_OF = {
     "OpenVINO best": ("OpenVINO default", "OpenVINO float32"),
@@ -430,8 +432,8 @@ def main() -> None:
     if args.quick:
         args.lines, args.beams, args.repeats = 64, "1", 1
 
-    if args.systems and (unknown := set(args.systems) - set(SYSTEMS + OPENVINO_SYSTEMS)):
-        sys.exit(f"--systems: unknown {', '.join(sorted(unknown))} (known: {'; '.join(SYSTEMS + OPENVINO_SYSTEMS)})")
+    if args.systems and (unknown := set(args.systems) - set(ALL_SYSTEMS)):
+        sys.exit(f"--systems: unknown {', '.join(sorted(unknown))} (known: {'; '.join(ALL_SYSTEMS)})")
 
     from t2tcli.data.vocabulary.vocab import Vocabulary
     from t2tcli.decode import batching, settings
@@ -455,7 +457,7 @@ def main() -> None:
             "work": work,
             "ov_venv": Path(args.openvino_venv).resolve(),
         }
-        wanted = set(args.systems or SYSTEMS + OPENVINO_SYSTEMS)
+        wanted = set(args.systems or ALL_SYSTEMS)
         systems = [name for name in SYSTEMS if name in wanted]
         openvino_note = "OpenVINO rows left out: --openvino=off"
         wanted_openvino = [name for name in OPENVINO_SYSTEMS if name in wanted]

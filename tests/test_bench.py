@@ -277,6 +277,22 @@ def test_a_run_of_some_systems_prints_the_ratios_whose_two_sides_ran():
     assert lines == ["9 random words, greedy: t2t-decode ctranslate2 int8 / CTranslate2 int8 best: 0.95x"]
 
 
+def test_an_unknown_system_name_exits_with_one_line_naming_the_flag_before_any_work():
+    """A mistyped --systems name would otherwise run nothing and print no ratio."""
+    import subprocess
+
+    run = subprocess.run(
+        [sys.executable, str(BENCH / "decode.py"), "--systems", "CTranslate2 int8", "CTranslate2 int9"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 1
+    assert run.stdout == ""
+    assert run.stderr.startswith("--systems: unknown CTranslate2 int9 (known: ")
+    assert run.stderr.count("\n") == 1 and "CTranslate2 int8, a batch at a time; OpenVINO default" in run.stderr
+
+
 def test_each_shape_in_a_train_log_is_a_case_of_its_own_against_its_own_peak():
     """`bench/run` runs t5_small's shape, then t5_base's, into one log."""
     import report
