@@ -15,16 +15,14 @@ each cell is the median of --rounds calls, the best over --turns turns.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from train import T5_VOCAB  # noqa: E402  # the vocabulary bench/train.py trains with
-from turns import in_turn  # noqa: E402
+from turns import best_session_medians  # noqa: E402
 
 from t2tcli import registry  # noqa: E402
 from t2tcli.compat import tf  # noqa: E402
@@ -104,15 +102,7 @@ def main() -> None:
             session.run(init)
             session.run(fetches)  # warm-up
             sessions[layer, side] = (session, fetches)
-    best: dict = {}
-    for turn in range(args.turns):
-        for key, (session, fetches) in in_turn(sessions.items(), turn):
-            times = []
-            for _ in range(args.rounds):
-                start = time.perf_counter()
-                session.run(fetches)
-                times.append(time.perf_counter() - start)
-            best[key] = min(best.get(key, float("inf")), statistics.median(times))
+    best = best_session_medians(sessions, args.rounds, args.turns)
     print(
         f"one layer's projections, forward and backward: median of {args.rounds} calls, best of {args.turns} turns (ms)"
     )

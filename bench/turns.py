@@ -8,13 +8,31 @@ over more.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TypeVar
+import statistics
+import time
+from collections.abc import Hashable, Iterable
+from typing import Any, TypeVar
 
 Item = TypeVar("Item")
+Key = TypeVar("Key", bound=Hashable)
 
 
 def in_turn(items: Iterable[Item], turn: int) -> list[Item]:
     """`items` in the order turn `turn` (0, 1, ...) runs them."""
     ordered = list(items)
     return ordered if turn % 2 == 0 else ordered[::-1]
+
+
+def best_session_medians(runs: dict[Key, tuple[Any, Any]], rounds: int, turns: int) -> dict[Key, float]:
+    """Seconds of each (session, fetches) run: the median of `rounds` calls, the best
+    median over `turns` turns of all of them in turn order."""
+    best: dict[Key, float] = {}
+    for turn in range(turns):
+        for key, (session, fetches) in in_turn(runs.items(), turn):
+            times = []
+            for _ in range(rounds):
+                start = time.perf_counter()
+                session.run(fetches)
+                times.append(time.perf_counter() - start)
+            best[key] = min(best.get(key, float("inf")), statistics.median(times))
+    return best

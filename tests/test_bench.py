@@ -611,3 +611,70 @@ def test_systems_swap_ends_every_other_turn():
     slots = {name: sum(order.index(name) for order in orders[:2]) for name in systems}
     assert len(set(slots.values())) == 1, slots
     assert systems == ["ours", "peer eager", "peer compiled"]  # the caller's list is left as it was
+
+
+@pytest.mark.parametrize("hparams_set", ["t5_small", "t5_v1_1_small"])
+def test_the_packed_weights_step_is_each_decoder_layer_s_products_then_the_logits(hparams_set):
+    """`bench/packed_weights.py` times one decoder step's products: per layer the joined
+    q, k and v, the output projections, encoder-decoder attention's query and a (gated)
+    FFN with the engine's zero units, then the logits; none missed or counted twice."""
+    import packed_weights
+
+    from t2tcli import registry
+
+    hp = registry.hparams(hparams_set)
+    inner, gated = hp.num_heads * hp.d_kv, 2 if hp.ffn_activation.startswith("gated-") else 1
+    products = packed_weights.step_products(hp, 32128, ffn_padding=16)
+    assert len(products) == 6 * hp.num_decoder_layers + 1
+    assert products[-1] == ("logits", hp.d_model, 32128)
+    d, f = hp.d_model, hp.d_ff + 16
+    per_layer = d * 3 * inner + inner * d + d * inner + inner * d + d * gated * f + f * d
+    assert sum(n_in * n_out for _, n_in, n_out in products) == hp.num_decoder_layers * per_layer + d * 32128
+
+
+def test_a_fused_matmul_with_a_constant_kernel_runs_on_onednn_s_packing_kernel_and_adds_its_bias():
+    """The packed side of `bench/packed_weights.py` must be what it says: x @ kernel + bias,
+    run by oneDNN's fused MatMul (the kernel that keeps a constant kernel laid out) in a
+    session configured as the benchmark's and the engine's (no Grappler)."""
+    import numpy as np
+    import packed_weights
+
+    from t2tcli.compat import tf
+
+    tf1 = tf.compat.v1
+    rng = np.random.default_rng(0)
+    x, kernel, bias = rng.standard_normal((3, 4)), rng.standard_normal((4, 5)), rng.standard_normal(5)
+    graph = tf.Graph()
+    with graph.as_default():
+        fed = tf1.placeholder(tf.float32, [3, 4])
+        y = packed_weights.fused_matmul(fed, tf.constant(kernel, tf.float32), tf.constant(bias, tf.float32))
+    with tf1.Session(graph=graph, config=packed_weights.session_config()) as session:
+        metadata = tf1.RunMetadata()
+        options = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE)
+        got = session.run(y, {fed: x}, options=options, run_metadata=metadata)
+    np.testing.assert_allclose(got, x @ kernel + bias, rtol=1e-5)
+    ran = {n.timeline_label.split(" = ")[-1].split("(")[0] for d in metadata.step_stats.dev_stats for n in d.node_stats}
+    assert "_MklNativeFusedMatMul" in ran, ran
+
+
+def test_each_session_runs_its_rounds_in_turn_order_and_keeps_its_best_median(monkeypatch):
+    """What bench/projections.py and bench/packed_weights.py time: every session's rounds in
+    each turn's order (reversed every other turn), a median per turn, the best one kept."""
+    import turns
+
+    calls = []
+
+    class Session:
+        def __init__(self, name, seconds):
+            self.name, self.seconds = name, seconds
+
+        def run(self, fetches):
+            calls.append(self.name)
+            clock[0] += self.seconds.pop(0)
+
+    clock = [0.0]
+    runs = {"a": (Session("a", [1.0, 3.0, 2.0, 2.0]), None), "b": (Session("b", [5.0, 5.0, 1.0, 1.0]), None)}
+    monkeypatch.setattr(turns.time, "perf_counter", lambda: clock[0])
+    best = turns.best_session_medians(runs, rounds=2, turns=2)
+    assert calls == ["a", "a", "b", "b", "b", "b", "a", "a"]
+    assert best == {"a": 2.0, "b": 1.0}

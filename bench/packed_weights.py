@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Benchmark: a decode step's products with the kernels as the fast engine holds them
+(session-local variables, TensorFlow's MatMul) against kernels that oneDNN packs once.
+
+    python bench/packed_weights.py                       # t5_small, 32, 64 and 256 rows
+    python bench/packed_weights.py --hparams_set=t5_base --rows=64
+
+TensorFlow's oneDNN MatMul takes its kernel as a plain array at every call, so the GEMM
+lays the kernel out for its inner loops again each time: at a decode step's few rows,
+that pass over the whole kernel costs as much as the product. oneDNN's fused MatMul
+(`_FusedMatMul`, a MatMul with a bias) keeps the laid-out copy of a kernel that is a
+graph constant and reuses it at every later call. This measures what that would save:
+one decoder step's products (each layer's attention and FFN projections, then the
+logits) at each --rows, on one thread as a batch runs beside others, in the dtype
+activation_dtype=auto picks here and in the kernel layout the engine uses here, against
+the same products with constant kernels, a zero bias and the plain [in, out] layout.
+Both run in turns; each cell is the median of --rounds calls, the best of --turns turns,
+and the two sides' outputs are compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from train import T5_VOCAB  # noqa: E402  # the vocabulary bench/train.py trains with
+from turns import best_session_medians  # noqa: E402
+
+from t2tcli import registry  # noqa: E402
+from t2tcli.compat import tf  # noqa: E402
+from t2tcli.decode import fast_kernels  # noqa: E402
+from t2tcli.model import activation_dtype, hardware, kernel_layout  # noqa: E402
+
+tf1 = tf.compat.v1
+SIDES = ("held", "packed")
+
+
+def step_products(hp: Any, vocab: int, ffn_padding: int) -> list[tuple[str, int, int]]:
+    """(name, in, out) of each product one decoder step runs, the logits last."""
+    inner, d_ff = hp.num_heads * hp.d_kv, hp.d_ff + ffn_padding
+    gated = 2 if hp.ffn_activation.startswith("gated-") else 1
+    layer = [
+        ("self q, k, v", hp.d_model, 3 * inner),
+        ("self o", inner, hp.d_model),
+        ("enc-dec q", hp.d_model, inner),
+        ("enc-dec o", inner, hp.d_model),
+        ("ffn wi", hp.d_model, gated * d_ff),
+        ("ffn wo", d_ff, hp.d_model),
+    ]
+    return layer * hp.num_decoder_layers + [("logits", hp.d_model, vocab)]
+
+
+def fused_matmul(x: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+    """x @ kernel + bias as one `_FusedMatMul` op, which oneDNN runs with `kernel`
+    laid out once when it is a constant."""
+    attrs = {
+        "T": tf1.AttrValue(type=x.dtype.as_datatype_enum),
+        "transpose_a": tf1.AttrValue(b=False),
+        "transpose_b": tf1.AttrValue(b=False),
+        "num_args": tf1.AttrValue(i=1),
+        "fused_ops": tf1.AttrValue(list=tf1.AttrValue.ListValue(s=[b"BiasAdd"])),
+    }
+    graph = tf1.get_default_graph()
+    op = graph.create_op("_FusedMatMul", [x, kernel, bias], [x.dtype], name="fused_matmul", attrs=attrs)
+    return op.outputs[0]
+
+
+def build(
+    side: str,
+    products: list[tuple[str, int, int]],
+    kernels: list[np.ndarray],
+    rows: int,
+    dtype: tf.DType,
+    transposed: bool,
+) -> tuple[tf.Graph, tf.Operation, list[tf.Tensor]]:
+    """A graph of one step's products on random rows: (graph, initializer, fetches)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        widths = sorted({n_in for _, n_in, _ in products})
+        # Variables, so that TensorFlow cannot fold a product of constants away.
+        inputs = {
+            w: tf.convert_to_tensor(
+                tf1.Variable(tf.constant(np.random.default_rng(w).standard_normal((rows, w)), dtype), trainable=False)
+            )
+            for w in widths
+        }
+        fetches = []
+        for (name, n_in, n_out), kernel in zip(products, kernels, strict=True):
+            x = inputs[n_in]
+            if side == "packed":
+                bias = tf1.placeholder_with_default(tf.zeros([n_out], dtype), [n_out])
+                y = fused_matmul(x, tf.constant(kernel, dtype), bias)
+            else:
+                # The engine keeps the logits' kernel [in, out] on every CPU (fast_weights).
+                transpose = transposed and name != "logits"
+                held = tf1.Variable(tf.constant(kernel.T if transpose else kernel, dtype), trainable=False)
+                y = fast_kernels.dense(x, tf.convert_to_tensor(held), transpose=transpose)
+            fetches.append(tf.cast(y, tf.float32))
+        init = tf1.global_variables_initializer()
+    return graph, init, fetches
+
+
+def session_config() -> tf1.ConfigProto:
+    """One thread, no Grappler: as the fast engine runs a batch beside others."""
+    config = tf1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    return config
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hparams_set", default="t5_small")
+    parser.add_argument("--rows", default="32,64,256", help="rows a step multiplies (a batch's part, beams included)")
+    parser.add_argument("--rounds", type=int, default=10, help="calls per cell; the median is kept")
+    parser.add_argument("--turns", type=int, default=2, help="turns of both sides; the best median is kept")
+    args = parser.parse_args()
+    hp = registry.hparams(args.hparams_set)
+    machine = hardware.detect()
+    dtype = tf.as_dtype(activation_dtype.resolve("auto", machine=machine))
+    layout = kernel_layout.for_machine(machine, hp.d_ff)
+    products = step_products(hp, T5_VOCAB, layout.ffn_padding)
+    rng = np.random.default_rng(0)
+    kernels = [(rng.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(np.float32) for _, n_in, n_out in products]
+    flops = sum(2 * n_in * n_out for _, n_in, n_out in products)
+    print(f"{args.hparams_set}: {len(products)} products a decoder step, {flops / 1e6:.0f} MFLOP a row")
+    print(
+        f"CPU kind: {machine.cpu_kind()}; {dtype.name} (activation_dtype=auto here); held kernels "
+        f"{'[out, in]' if layout.transposed_kernels else '[in, out]'}, FFN padding {layout.ffn_padding}"
+    )
+    rows_list = [int(r) for r in args.rows.split(",")]
+    sessions = {}
+    for rows in rows_list:
+        for side in SIDES:
+            graph, init, fetches = build(side, products, kernels, rows, dtype, layout.transposed_kernels)
+            session = tf1.Session(graph=graph, config=session_config())
+            session.run(init)
+            sessions[rows, side] = (session, fetches, session.run(fetches))  # warm-up, and the outputs
+    runs = {key: (session, fetches) for key, (session, fetches, _) in sessions.items()}
+    best = best_session_medians(runs, args.rounds, args.turns)
+    print(f"one decoder step's products on one thread: median of {args.rounds} calls, best of {args.turns} turns")
+    print(f"{'rows':>6s}{'held, ms':>11s}{'packed, ms':>12s}{'ratio':>8s}{'packed GFLOP/s':>16s}{'max rel. diff':>15s}")
+    for rows in rows_list:
+        held, packed = best[rows, "held"], best[rows, "packed"]
+        diff = max(
+            float(np.max(np.abs(a - b)) / max(np.max(np.abs(a)), 1e-30))
+            for a, b in zip(sessions[rows, "held"][2], sessions[rows, "packed"][2], strict=True)
+        )
+        print(
+            f"{rows:6d}{held * 1e3:11.2f}{packed * 1e3:12.2f}{held / packed:7.2f}x"
+            f"{rows * flops / packed / 1e9:16.1f}{diff:15.1e}"
+        )
+
+
+if __name__ == "__main__":
+    main()
