@@ -7,7 +7,7 @@
 
 TensorFlow's oneDNN MatMul takes its kernel as a plain array at every call, so the GEMM
 lays the kernel out for its inner loops again each time: at a decode step's few rows,
-that pass over the whole kernel costs as much as the product. oneDNN's fused MatMul
+that pass over the whole kernel can be a large share of the product. oneDNN's fused MatMul
 (`_FusedMatMul`, a MatMul with a bias) keeps the laid-out copy of a kernel that is a
 graph constant and reuses it at every later call. This measures what that would save:
 one decoder step's products (each layer's attention and FFN projections, then the
