@@ -35,7 +35,7 @@ from turns import best_session_medians  # noqa: E402
 
 from t2tcli import registry  # noqa: E402
 from t2tcli.compat import tf  # noqa: E402
-from t2tcli.decode import fast_kernels  # noqa: E402
+from t2tcli.decode import engines, fast_kernels  # noqa: E402
 from t2tcli.model import activation_dtype, hardware, kernel_layout  # noqa: E402
 
 tf1 = tf.compat.v1
@@ -108,9 +108,10 @@ def build(
 
 
 def session_config() -> tf1.ConfigProto:
-    """One thread, no Grappler: as the fast engine runs a batch beside others."""
-    config = tf1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    """The fast engine's session for batches side by side (a thread each, no Grappler),
+    with one inter-op thread too, so that the step's products run one at a time."""
+    config = engines.fast_session_config(tf1.ConfigProto(), workers=2)
+    config.inter_op_parallelism_threads = 1
     return config
 
 
@@ -135,22 +136,22 @@ def main() -> None:
         f"{'[out, in]' if layout.transposed_kernels else '[in, out]'}, FFN padding {layout.ffn_padding}"
     )
     rows_list = [int(r) for r in args.rows.split(",")]
-    sessions = {}
+    sessions, outputs = {}, {}
     for rows in rows_list:
         for side in SIDES:
             graph, init, fetches = build(side, products, kernels, rows, dtype, layout.transposed_kernels)
             session = tf1.Session(graph=graph, config=session_config())
             session.run(init)
-            sessions[rows, side] = (session, fetches, session.run(fetches))  # warm-up, and the outputs
-    runs = {key: (session, fetches) for key, (session, fetches, _) in sessions.items()}
-    best = best_session_medians(runs, args.rounds, args.turns)
+            outputs[rows, side] = session.run(fetches)  # also the warm-up
+            sessions[rows, side] = (session, fetches)
+    best = best_session_medians(sessions, args.rounds, args.turns)
     print(f"one decoder step's products on one thread: median of {args.rounds} calls, best of {args.turns} turns")
     print(f"{'rows':>6s}{'held, ms':>11s}{'packed, ms':>12s}{'ratio':>8s}{'packed GFLOP/s':>16s}{'max rel. diff':>15s}")
     for rows in rows_list:
         held, packed = best[rows, "held"], best[rows, "packed"]
         diff = max(
             float(np.max(np.abs(a - b)) / max(np.max(np.abs(a)), 1e-30))
-            for a, b in zip(sessions[rows, "held"][2], sessions[rows, "packed"][2], strict=True)
+            for a, b in zip(outputs[rows, "held"], outputs[rows, "packed"], strict=True)
         )
         print(
             f"{rows:6d}{held * 1e3:11.2f}{packed * 1e3:12.2f}{held / packed:7.2f}x"
