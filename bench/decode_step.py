@@ -22,6 +22,7 @@ A random model almost never writes EOS, so every row runs --max_decode_length st
     python bench/decode_step.py                          # t5_small, greedy, 64 rows
     python bench/decode_step.py --beam_size=4
     python bench/decode_step.py --trace=out/decode.json  # also keep the Chrome trace
+    python bench/decode_step.py --narrow=8               # the step's cost apart from its layers' arithmetic
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ def build(args: argparse.Namespace) -> tuple[Any, Any, dict, Any]:
 
     tf1 = tf.compat.v1
     hp = registry.hparams(args.hparams_set)
+    if args.narrow:
+        # The same graph, op for op, with next to no arithmetic in its layers.
+        hp.d_model, hp.d_ff, hp.num_heads, hp.d_kv = args.narrow, args.narrow, 1, args.narrow
     config = model_config.build(hp, T5_VOCAB).on_one_device()
     decode = settings.DecodeSettings.of({"beam_size": args.beam_size, "alpha": 0.6, "compute_scores": False}, hp)
     graph = tf1.Graph()
@@ -110,6 +114,13 @@ def main() -> None:
     parser.add_argument("--in_flight", type=int, default=0, help="batches at once (0: as t2t-decode runs them)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--trace", default="", help="also write the traced batch's Chrome trace here")
+    parser.add_argument(
+        "--narrow",
+        type=int,
+        default=0,
+        help="cut d_model, d_ff and d_kv to this width, with one head: what is left of a step is "
+        "what faster matmuls cannot shorten (each op's start, the passes over the vocabulary)",
+    )
     args = parser.parse_args()
 
     import numpy as np
@@ -121,7 +132,8 @@ def main() -> None:
     session, inputs, fetches, config = build(args)
     ids = np.random.default_rng(args.seed).integers(2, T5_VOCAB, size=[args.batch_size, args.inputs_length])
     feed = {inputs: ids.astype(np.int32)}
-    print(f"CPU: {config.machine.cpu_kind()}; activations {config.activation_dtype}; {args.hparams_set}, batch "
+    shape = args.hparams_set + (f" narrowed to width {args.narrow}, one head" if args.narrow else "")
+    print(f"CPU: {config.machine.cpu_kind()}; activations {config.activation_dtype}; {shape}, batch "
           f"{args.batch_size} x {args.inputs_length} input tokens, beam {args.beam_size}")  # fmt: skip
     steps = session.run(fetches, feed)["steps"]  # the first run builds the kernels
     part = side_by_side.part_rows(args.batch_size, workers)

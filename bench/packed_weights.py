@@ -4,6 +4,7 @@
 
     python bench/packed_weights.py                       # t5_small, 32, 64 and 256 rows
     python bench/packed_weights.py --hparams_set=t5_base --rows=64
+    python bench/packed_weights.py --held=in_out           # held kernels as native-bfloat16 CPUs hold them
 
 TensorFlow's oneDNN MatMul takes its kernel as a plain array at every call, so the GEMM
 lays the kernel out for its inner loops again each time: at a decode step's few rows,
@@ -121,11 +122,18 @@ def main() -> None:
     parser.add_argument("--rows", default="32,64,256", help="rows a step multiplies (a batch's part, beams included)")
     parser.add_argument("--rounds", type=int, default=10, help="calls per cell; the median is kept")
     parser.add_argument("--turns", type=int, default=2, help="turns of both sides; the best median is kept")
+    parser.add_argument(
+        "--held",
+        choices=["machine", "in_out", "out_in"],
+        default="machine",
+        help="the held kernels' layout: the engine's on this machine, or either one forced",
+    )
     args = parser.parse_args()
     hp = registry.hparams(args.hparams_set)
     machine = hardware.detect()
     dtype = tf.as_dtype(activation_dtype.resolve("auto", machine=machine))
     layout = kernel_layout.for_machine(machine, hp.d_ff)
+    transposed = layout.transposed_kernels if args.held == "machine" else args.held == "out_in"
     products = step_products(hp, T5_VOCAB, layout.ffn_padding)
     rng = np.random.default_rng(0)
     kernels = [(rng.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(np.float32) for _, n_in, n_out in products]
@@ -133,13 +141,14 @@ def main() -> None:
     print(f"{args.hparams_set}: {len(products)} products a decoder step, {flops / 1e6:.0f} MFLOP a row")
     print(
         f"CPU kind: {machine.cpu_kind()}; {dtype.name} (activation_dtype=auto here); held kernels "
-        f"{'[out, in]' if layout.transposed_kernels else '[in, out]'}, FFN padding {layout.ffn_padding}"
+        f"{'[out, in]' if transposed else '[in, out]'}{' (forced)' if args.held != 'machine' else ''}, "
+        f"FFN padding {layout.ffn_padding}"
     )
     rows_list = [int(r) for r in args.rows.split(",")]
     sessions, outputs = {}, {}
     for rows in rows_list:
         for side in SIDES:
-            graph, init, fetches = build(side, products, kernels, rows, dtype, layout.transposed_kernels)
+            graph, init, fetches = build(side, products, kernels, rows, dtype, transposed)
             session = tf1.Session(graph=graph, config=session_config())
             session.run(init)
             outputs[rows, side] = session.run(fetches)  # also the warm-up

@@ -340,13 +340,19 @@ def main() -> None:
     parser.add_argument("--command", default="bench/run")
     parser.add_argument("--machine", default=platform.processor() or platform.machine())
     parser.add_argument("--out", default=str(REPO / "BENCHMARKS.md"))
+    parser.add_argument(
+        "--benchmarks", default=",".join(PARSERS), help="record: these benchmarks' logs only (others' may be stale)"
+    )
     args = parser.parse_args()
     results = Path(args.results_dir)
     if args.action == "record":
         sys.path.insert(0, str(REPO / "bench"))
         from binaries import cpu_kind
 
-        logs = {name: p.read_text() for name in PARSERS if (p := Path(args.log_dir) / f"{name}.log").exists()}
+        names = args.benchmarks.split(",")
+        if unknown := sorted(set(names) - set(PARSERS)):
+            parser.error(f"--benchmarks: unknown {', '.join(unknown)} (known: {', '.join(PARSERS)})")
+        logs = {name: p.read_text() for name in names if (p := Path(args.log_dir) / f"{name}.log").exists()}
         today = datetime.datetime.now(datetime.UTC).date().isoformat()
         print(f"recorded {record(cpu_kind(), args.machine, args.command, logs, results, today)}")
     else:

@@ -324,6 +324,45 @@ def test_a_run_replaces_only_its_own_kind_and_benchmarks(tmp_path):
     assert json.loads((tmp_path / "amx.json").read_text())["benchmarks"]["decode"]["measured"] == "2000-01-02"
 
 
+def test_bench_run_only_runs_the_named_benchmarks_and_refuses_unknown_names():
+    import subprocess
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(BENCH / "run"), *args], capture_output=True, text=True, timeout=60)
+
+    listed = run("--only=train,decode", "--list", "--quick")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines() == [
+        "bench/train.py --quick",
+        "bench/train.py --hparams_set=t5_base --quick",
+        "bench/decode.py --quick",
+    ]
+    assert run("--list").stdout.splitlines()[0] == "bench/datagen.py"
+    unknown = run("--only=train,decoder", "--list")  # refused as the arguments are read
+    assert unknown.returncode == 2 and unknown.stdout == ""
+    assert unknown.stderr == (
+        "bench/run: --only: no benchmark 'decoder' (known: datagen datagen_beam train decode int8_agreement)\n"
+    )
+
+
+def test_recording_takes_only_the_named_benchmarks_logs(tmp_path):
+    """`bench/run --only=...` leaves the other benchmarks' logs of an earlier run in its log
+    folder; they must not be recorded again as measured today."""
+    import subprocess
+
+    logs, results = tmp_path / "logs", tmp_path / "results"
+    logs.mkdir()
+    (logs / "train.log").write_text(TRAIN_LOG)
+    (logs / "decode.log").write_text(DECODE_LOG)
+    record = [sys.executable, str(BENCH / "report.py"), "record", f"--log_dir={logs}", f"--results_dir={results}"]
+    done = subprocess.run([*record, "--benchmarks=decode"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    (kind,) = results.glob("*.json")
+    assert set(json.loads(kind.read_text())["benchmarks"]) == {"decode"}
+    bad = subprocess.run([*record, "--benchmarks=decode,trian"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--benchmarks: unknown trian (known: datagen, " in bad.stderr
+
+
 def test_benchmarks_md_is_rendered_from_the_committed_results():
     """Every row names its CPU kind and peer; BENCHMARKS.md is what the results render to."""
     import report
@@ -508,12 +547,42 @@ def test_a_traced_decode_is_split_by_the_sublayer_each_op_sits_in(beam_size):
         max_decode_length=3,
         beam_size=beam_size,
         seed=0,
+        narrow=0,
     )
     session, inputs, fetches, _ = decode_step.build(args)
     trace = decode_step.traced(session, fetches, {inputs: np.full([2, 5], 7, np.int32)})
     events = [e for e in json.loads(trace)["traceEvents"] if e.get("ph") == "X"]
     kinds = {step_trace.kind_of_work(e, decode_step.DECODE_KINDS) for e in events}
     assert {label for label, _ in decode_step.DECODE_KINDS} <= kinds
+
+
+def test_a_narrowed_decode_graph_runs_the_same_ops_on_narrower_tensors():
+    """`bench/decode_step.py --narrow` runs the same ops a step, with next to no arithmetic in
+    its layers (outside the loop, weights of other widths are built and prepared otherwise)."""
+    import argparse
+    from collections import Counter
+
+    import decode_step
+
+    from t2tcli.compat import tf
+
+    def graph(narrow: int) -> tuple[Counter, dict[str, int]]:
+        args = argparse.Namespace(
+            hparams_set="t5_small", batch_size=2, inputs_length=5, max_decode_length=3, beam_size=2, seed=0
+        )
+        args.narrow = narrow
+        session, _, _, _ = decode_step.build(args)
+        with session.graph.as_default():
+            sizes = {v.name: v.shape.num_elements() for v in tf.compat.v1.global_variables()}
+        # The decode loop's body is a function of the graph's library.
+        functions = session.graph.as_graph_def().library.function
+        ops = Counter(node.op for function in functions for node in function.node_def)
+        session.close()
+        return ops, sizes
+
+    (full_ops, full_sizes), (ops, sizes) = graph(0), graph(8)
+    assert sum(ops.values()) > 500 and ops == full_ops and sizes.keys() == full_sizes.keys()
+    assert sum(full_sizes.values()) > 50_000_000 and sum(sizes.values()) < 300_000  # the vocabulary's 32,128 x 8 rows
 
 
 def test_every_decode_system_runs_the_same_search_each_line_until_it_ends(tmp_path, monkeypatch):
