@@ -68,7 +68,7 @@ def build(args: argparse.Namespace) -> tuple[Any, Any, dict, Any]:
     tf1 = tf.compat.v1
     hp = registry.hparams(args.hparams_set)
     if args.narrow:
-        # The same graph, op for op, with next to no arithmetic in its layers.
+        # The same decode loop, op for op, with next to no arithmetic in its layers.
         hp.d_model, hp.d_ff, hp.num_heads, hp.d_kv = args.narrow, args.narrow, 1, args.narrow
     config = model_config.build(hp, T5_VOCAB).on_one_device()
     decode = settings.DecodeSettings.of({"beam_size": args.beam_size, "alpha": 0.6, "compute_scores": False}, hp)
