@@ -3,7 +3,7 @@
     python bench/train.py                          # t5_small: batch 16, lengths 128/128, vocab 32,128
     python bench/train.py --hparams_set=t5_base    # T5 base's shape
     python bench/train.py --quick                  # batch 8, lengths 64/64, fewer steps
-    python bench/train.py --profile=DIR            # also: where a step's time goes (op types; wall time with no matmul)
+    python bench/train.py --profile=DIR            # also: where a step's time goes, and oneDNN's kernels
     python bench/train.py --mesh_tf_loss           # t2tcli with mesh-tf's own loss ops (A/B)
     python bench/train.py --mesh_tf_attention      # t2tcli with mesh-tf's attention layout (A/B)
     python bench/train.py --mesh_tf_adafactor      # t2tcli with mesh-tf's Adafactor update (A/B)
@@ -42,6 +42,7 @@ import sys
 import time
 from pathlib import Path
 
+import onednn_calls
 import step_trace
 from turns import in_turn
 
@@ -232,6 +233,7 @@ def worker_t2t(
 
         def before_run(self, run_context):
             if self.tracing:
+                print(onednn_calls.BEGIN, flush=True)  # oneDNN flushes each line it logs
                 options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
                 return tf.compat.v1.train.SessionRunArgs(None, options=options)
             return None
@@ -240,6 +242,7 @@ def worker_t2t(
             if self.tracing:
                 from tensorflow.python.client import timeline
 
+                print(onednn_calls.END, flush=True)
                 os.makedirs(profile_dir, exist_ok=True)
                 trace = timeline.Timeline(run_values.run_metadata.step_stats).generate_chrome_trace_format()
                 Path(profile_dir, f"timeline-{len(clock.ends) + 1}.json").write_text(trace)
@@ -328,9 +331,12 @@ def select_configs(default: str, only: str, peer_modes: str) -> list[tuple[str, 
     return configs
 
 
-def _spawn(*args: str, limit: float | None = None) -> dict | None:
-    """One worker's JSON result; {"timed_out": limit} when it ran past `limit` seconds."""
+def _spawn(*args: str, limit: float | None = None, onednn_log: Path | None = None) -> dict | None:
+    """One worker's JSON result; {"timed_out": limit} when it ran past `limit` seconds.
+    With `onednn_log`, oneDNN logs its calls and those of the traced step are written there."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    if onednn_log:
+        env["ONEDNN_VERBOSE"] = "1"
     try:
         proc = subprocess.run(
             [sys.executable, __file__, "--worker", *args], capture_output=True, text=True, env=env, timeout=limit
@@ -338,6 +344,10 @@ def _spawn(*args: str, limit: float | None = None) -> dict | None:
     except subprocess.TimeoutExpired:
         print(f"  {' '.join(args)} stopped after {limit:.0f} s (--run_limit)", file=sys.stderr)
         return {"timed_out": limit}
+    traced = onednn_calls.traced_step(proc.stdout) if onednn_log else None
+    if onednn_log and traced is not None:
+        onednn_log.parent.mkdir(parents=True, exist_ok=True)
+        onednn_log.write_text("".join(line + "\n" for line in traced))
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode or not lines:
         print(f"  {' '.join(args)} failed: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
@@ -352,7 +362,9 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=T5_VOCAB, help="vocabulary rows")
     parser.add_argument("--worker", nargs="*")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each configuration, in turns; best kept")
-    parser.add_argument("--profile", default="", help="directory for a trace of a t2tcli step of each dtype")
+    parser.add_argument(
+        "--profile", default="", help="directory for a trace of a t2tcli step of each dtype, and oneDNN's log of it"
+    )
     parser.add_argument(
         "--only",
         default="",
@@ -493,10 +505,12 @@ def main() -> None:
                 continue
             if round_ and best and best.get((kind, dtype), 0.0) > 5 * min(best.values()):
                 continue  # far off the others (e.g. bfloat16 autocast without native support): once is enough
-            extra = []
+            extra, onednn_log = [], None
             if kind == "t2t" and args.profile and round_ == 0 and dtype != "auto":
                 extra = [str(Path(args.profile).resolve() / dtype)]
-            res = _spawn(kind, dims_json, dtype, *sizes, *extra, limit=args.run_limit)
+                onednn_log = Path(extra[0], "onednn.log")
+                onednn_log.unlink(missing_ok=True)
+            res = _spawn(kind, dims_json, dtype, *sizes, *extra, limit=args.run_limit, onednn_log=onednn_log)
             if res and "timed_out" in res:
                 unfinished.add((kind, dtype))
             elif res and res["step_time"] < best.get((kind, dtype), float("inf")):
@@ -536,6 +550,10 @@ def main() -> None:
                 continue
             events = json.loads(traces[-1].read_text())["traceEvents"]
             print("\n".join(step_trace.report(traces[-1], events)))
+            log = traces[-1].with_name("onednn.log")
+            if log.exists():
+                print(f"What oneDNN ran in that step ({log}):")
+                print("\n".join(onednn_calls.report(onednn_calls.parse(log.read_text().splitlines()))))
 
 
 if __name__ == "__main__":

@@ -94,6 +94,79 @@ def test_an_empty_trace_has_nothing_to_split():
     assert step_trace.wall_time_breakdown([])["span"] == 0.0
 
 
+ONEDNN_LINES = [
+    "onednn_verbose,info,oneDNN v3.2.1 (commit N/A)",
+    "onednn_verbose,exec,cpu,matmul,brg:avx512_core_amx,undef,src_bf16::blocked:ab::f0 wei_bf16::blocked:ab::f0"
+    " dst_bf16::blocked:ab::f0,attr-scratchpad:user ,,2048x512:512x2048,4.0",
+    "onednn_verbose,exec,cpu,matmul,brg:avx512_core_amx,undef,src_bf16::blocked:ab::f0 wei_bf16::blocked:ab::f0"
+    " dst_bf16::blocked:ab::f0,attr-scratchpad:user ,,2048x512:512x2048,4.0",
+    "onednn_verbose,exec,cpu,matmul,gemm:jit:bf16,undef,src_bf16::blocked:abcd::f0 wei_bf16::blocked:abcd::f0"
+    " dst_bf16::blocked:abcd::f0,attr-scratchpad:user ,,16x8x128x64:1x8x64x128,10.0",
+    "onednn_verbose,exec,cpu,reorder,jit:uni,undef,src_bf16::blocked:abcd::f0 dst_bf16::blocked:acbd::f0,,,"
+    "16x128x8x64,2.0",
+    "onednn_verbose,exec,cpu,gemm_api,,undef,src_f32::blocked:ab:f0 wei_f32::blocked:ab:f0 dst_f32::blocked:ab:f0,,,"
+    "1x512:512x512,0.5",
+    "onednn_verbose,exec,cpu,softmax,jit:avx512_core,forward_inference,src_f32::blocked:abcd::f0,,alg:softmax_accurate"
+    " axis:3,16x8x128x128,not-a-time",
+    "some other line a worker printed",
+]
+
+
+def test_onednn_s_log_of_the_traced_step_is_cut_from_all_a_worker_printed():
+    import onednn_calls as oc
+
+    printed = ["a", oc.BEGIN, "step 1", oc.END, "b", oc.BEGIN, "step 2", "more", oc.END, "c"]
+    assert oc.traced_step("\n".join(printed)) == ["step 2", "more"]
+    assert oc.traced_step("\n".join([oc.BEGIN, oc.END])) == []
+    assert oc.traced_step("\n".join(["a", oc.BEGIN, "cut short"])) is None
+    assert oc.traced_step("a\nb") is None
+
+
+def test_onednn_calls_are_summed_by_kernel_and_products_rated_by_shape():
+    import onednn_calls as oc
+
+    calls = oc.parse(ONEDNN_LINES)
+    assert [(c.primitive, c.implementation, c.ms) for c in calls] == [
+        ("matmul", "brg:avx512_core_amx", 4.0),
+        ("matmul", "brg:avx512_core_amx", 4.0),
+        ("matmul", "gemm:jit:bf16", 10.0),
+        ("reorder", "jit:uni", 2.0),
+        ("gemm_api", "-", 0.5),
+    ]
+    assert oc.product_flops("2048x512:512x2048") == 2.0 * 2048 * 512 * 2048
+    assert oc.product_flops("16x8x128x64:1x8x64x128") == 2.0 * 16 * 8 * 128 * 64 * 128  # broadcast batch
+    assert oc.product_flops("16x128x8x64") is None and oc.product_flops("8x4:5x2") is None
+    lines = oc.report(calls)
+    assert lines[0] == "oneDNN calls in the traced step: 5, 20.5 ms summed"
+    # Kernels by time: the slow bf16 fallback first, then AMX's two calls.
+    assert re.match(r"\s+matmul\s+gemm:jit:bf16\s+1 calls\s+10\.0 ms\s+48\.8%", lines[1])
+    assert re.match(r"\s+matmul\s+brg:avx512_core_amx\s+2 calls\s+8\.0 ms\s+39\.0%", lines[2])
+    shapes = lines[lines.index(next(x for x in lines if x.startswith("costliest"))) + 1 :]
+    # 2 calls of 4.295 GFLOP in 8 ms: 1073.7 GFLOP/s.
+    assert "2048x512:512x2048" in shapes[1] and shapes[1].endswith("1073.7 GFLOP/s")
+    assert "16x8x128x64:1x8x64x128" in shapes[0] and "reorder" not in "".join(shapes)
+    assert oc.report([]) == ["(no oneDNN calls logged: TensorFlow ran this step on its own kernels)"]
+
+
+@pytest.mark.slow
+def test_a_profiled_training_worker_logs_the_onednn_calls_of_its_traced_step_alone(tmp_path):
+    """The log holds one call for each oneDNN op of the traced step: no more (the steps
+    before it) and no fewer (lines still buffered when the step ended)."""
+    import onednn_calls
+    import train
+
+    profile = tmp_path / "float32"
+    log = profile / "onednn.log"
+    out = train._spawn("t2t", json.dumps(TINY), "float32", "2", "4", "4", "1", "30", str(profile), onednn_log=log)
+    assert out and out["steps"] == 1
+    (trace,) = profile.glob("timeline-*.json")
+    ops = [e.get("args", {}).get("op", "") for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
+    calls = onednn_calls.parse(log.read_text().splitlines())
+    products = sum(op in ("_MklEinsum", "_MklMatMul", "_MklBatchMatMulV2") for op in ops)
+    assert products > 0 and sum(c.primitive == "matmul" for c in calls) == products
+    assert sum(c.primitive == "softmax" for c in calls) == ops.count("_MklSoftmax")
+
+
 def clock_run(monkeypatch, step_seconds: list[float], warmup: int = 3, steps: int = 10, budget: float = 180):
     """Drives bench/train.py's StepClock with steps of the given lengths; returns how many
     steps ran and the clock's result."""
