@@ -5,11 +5,19 @@ on a CPU with AMX, a product that falls back to an AVX-512 or reference kernel, 
 reorders an operand on every call, looks the same there as one on AMX tiles. oneDNN's log
 names the implementation and the shapes of every call it ran, so a step's products can be
 read by kernel and by shape, each with the rate it reached inside the step.
+
+`bench/train.py --profile=DIR` keeps that log for the traced step; any other run's log can
+be read the same way:
+
+    ONEDNN_VERBOSE=1 .venv/bin/python bench/decode_step.py --repeats=1 > run.log
+    .venv/bin/python bench/onednn_calls.py run.log
 """
 
 from __future__ import annotations
 
+import argparse
 import math
+import sys
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -71,13 +79,13 @@ def product_flops(shape: str) -> float | None:
     return 2.0 * batch * left[-2] * left[-1] * right[-1]
 
 
-def report(calls: list[Call], top: int = 12) -> list[str]:
+def report(calls: list[Call], top: int = 12, where: str = "the traced step") -> list[str]:
     """oneDNN's time by primitive and implementation, then its costliest product shapes
     with the rate each reached (two products at once on two cores each count slower)."""
     if not calls:
-        return ["(no oneDNN calls logged: TensorFlow ran this step on its own kernels)"]
+        return [f"(no oneDNN calls logged in {where}: TensorFlow ran it on its own kernels)"]
     total = sum(c.ms for c in calls)
-    out = [f"oneDNN calls in the traced step: {len(calls)}, {total:.1f} ms summed"]
+    out = [f"oneDNN calls in {where}: {len(calls)}, {total:.1f} ms summed"]
     by_kernel: dict[tuple[str, str], list[float]] = defaultdict(list)
     by_shape: dict[tuple[str, str], list[float]] = defaultdict(list)
     for c in calls:
@@ -88,10 +96,28 @@ def report(calls: list[Call], top: int = 12) -> list[str]:
         ms = sum(times)
         out.append(f"  {primitive:10s} {implementation:28s} {len(times):5d} calls {ms:10.1f} ms {ms / total:6.1%}")
     if by_shape:
-        out.append(f"costliest product shapes (of {len(by_shape)}), with the rate each reached in the step:")
+        out.append(f"costliest product shapes (of {len(by_shape)}), each with the rate it reached as it ran:")
         ranked = sorted(by_shape.items(), key=lambda kv: -sum(kv[1]))
         for (implementation, shape), times in ranked[:top]:
             ms, flops = sum(times), product_flops(shape)
             rate = f"{flops * len(times) / ms / 1e6:8.1f} GFLOP/s" if flops and ms > 0 else f"{'':>15s}"
             out.append(f"  {shape:28s} {implementation:24s} {len(times):4d} calls {ms:9.1f} ms {rate}")
     return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("log", help="what a run printed with ONEDNN_VERBOSE=1 ('-': standard input)")
+    parser.add_argument("--top", type=int, default=12, help="product shapes to list")
+    args = parser.parse_args(argv)
+    try:
+        text = sys.stdin.read() if args.log == "-" else open(args.log, encoding="utf-8", errors="replace").read()
+    except OSError as e:
+        parser.error(f"cannot read {args.log}: {e.strerror}")
+    step = traced_step(text)
+    where = "the traced step" if step is not None else f"{args.log}"
+    print("\n".join(report(parse(step if step is not None else text.splitlines()), args.top, where)))
+
+
+if __name__ == "__main__":
+    main()

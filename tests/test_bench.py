@@ -145,7 +145,23 @@ def test_onednn_calls_are_summed_by_kernel_and_products_rated_by_shape():
     # 2 calls of 4.295 GFLOP in 8 ms: 1073.7 GFLOP/s.
     assert "2048x512:512x2048" in shapes[1] and shapes[1].endswith("1073.7 GFLOP/s")
     assert "16x8x128x64:1x8x64x128" in shapes[0] and "reorder" not in "".join(shapes)
-    assert oc.report([]) == ["(no oneDNN calls logged: TensorFlow ran this step on its own kernels)"]
+    assert oc.report([]) == ["(no oneDNN calls logged in the traced step: TensorFlow ran it on its own kernels)"]
+
+
+def test_any_run_s_onednn_log_is_read_whole_or_by_its_traced_step(tmp_path, capsys):
+    import onednn_calls as oc
+
+    log = tmp_path / "run.log"
+    log.write_text("\n".join(ONEDNN_LINES))
+    oc.main([str(log)])
+    assert capsys.readouterr().out.startswith(f"oneDNN calls in {log}: 5, 20.5 ms summed")
+    log.write_text("\n".join([*ONEDNN_LINES, oc.BEGIN, ONEDNN_LINES[3], oc.END]))
+    oc.main([str(log), "--top=1"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "oneDNN calls in the traced step: 1, 10.0 ms summed" and len(out) == 4
+    with pytest.raises(SystemExit) as exit_info:
+        oc.main([str(tmp_path / "missing.log")])
+    assert exit_info.value.code == 2 and "missing.log" in capsys.readouterr().err
 
 
 @pytest.mark.slow
