@@ -1,4 +1,4 @@
-"""What oneDNN ran in a traced training step, read from its verbose log (ONEDNN_VERBOSE=1).
+"""What oneDNN ran in a traced training step, or in any run, read from its verbose log.
 
 A trace names TensorFlow's ops (`_MklEinsum`), not the kernel oneDNN chose for each call:
 on a CPU with AMX, a product that falls back to an AVX-512 or reference kernel, or that
@@ -21,6 +21,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 # Lines a traced worker prints around its traced step, so that the log of the calls in
 # that step can be cut out of everything the process printed.
@@ -111,11 +112,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--top", type=int, default=12, help="product shapes to list")
     args = parser.parse_args(argv)
     try:
-        text = sys.stdin.read() if args.log == "-" else open(args.log, encoding="utf-8", errors="replace").read()
+        text = sys.stdin.read() if args.log == "-" else Path(args.log).read_text(encoding="utf-8", errors="replace")
     except OSError as e:
         parser.error(f"cannot read {args.log}: {e.strerror}")
     step = traced_step(text)
-    where = "the traced step" if step is not None else f"{args.log}"
+    where = "the traced step" if step is not None else args.log
     print("\n".join(report(parse(step if step is not None else text.splitlines()), args.top, where)))
 
 
