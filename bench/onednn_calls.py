@@ -27,6 +27,8 @@ from pathlib import Path
 # that step can be cut out of everything the process printed.
 BEGIN = "t2tcli-bench: traced step begins"
 END = "t2tcli-bench: traced step ends"
+# The file `bench/train.py --profile=DIR` keeps that log in, beside the step's trace.
+LOG_NAME = "onednn.log"
 # Primitives that multiply matrices: their shapes give the FLOPs of each call.
 PRODUCTS = ("matmul", "gemm_api")
 

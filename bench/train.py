@@ -345,7 +345,7 @@ def _spawn(*args: str, limit: float | None = None, onednn_log: Path | None = Non
         print(f"  {' '.join(args)} stopped after {limit:.0f} s (--run_limit)", file=sys.stderr)
         return {"timed_out": limit}
     traced = onednn_calls.traced_step(proc.stdout) if onednn_log else None
-    if onednn_log and traced is not None:
+    if traced is not None:
         onednn_log.parent.mkdir(parents=True, exist_ok=True)
         onednn_log.write_text("".join(line + "\n" for line in traced))
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -508,7 +508,7 @@ def main() -> None:
             extra, onednn_log = [], None
             if kind == "t2t" and args.profile and round_ == 0 and dtype != "auto":
                 extra = [str(Path(args.profile).resolve() / dtype)]
-                onednn_log = Path(extra[0], "onednn.log")
+                onednn_log = Path(extra[0], onednn_calls.LOG_NAME)
                 onednn_log.unlink(missing_ok=True)
             res = _spawn(kind, dims_json, dtype, *sizes, *extra, limit=args.run_limit, onednn_log=onednn_log)
             if res and "timed_out" in res:
@@ -550,7 +550,7 @@ def main() -> None:
                 continue
             events = json.loads(traces[-1].read_text())["traceEvents"]
             print("\n".join(step_trace.report(traces[-1], events)))
-            log = traces[-1].with_name("onednn.log")
+            log = traces[-1].with_name(onednn_calls.LOG_NAME)
             if log.exists():
                 print(f"What oneDNN ran in that step ({log}):")
                 print("\n".join(onednn_calls.report(onednn_calls.parse(log.read_text().splitlines()))))
