@@ -3,11 +3,13 @@
     python bench/decode_layout.py                  # t5_small, beam 4 and greedy, 6 rounds
     python bench/decode_layout.py --beams=4 --rounds=3 --lines=64
     python bench/decode_layout.py --variants=attention --beams=4   # a beam step's attention
+    python bench/decode_layout.py --variants=packing --beams=1     # kernels laid out once by oneDNN
 
 t2tcli.model.kernel_layout picks, per CPU, whether the fast engine keeps the layers'
 kernels as the checkpoint holds them ([in, out]) or transposed ([out, in]), whether an
-FFN width of 2,048 gets 16 zero units, and whether a beam step's attention runs on
-oneDNN or Eigen; each choice was measured, and this is the measurement. Each variant
+FFN width of 2,048 gets 16 zero units, whether a beam step's attention runs on
+oneDNN or Eigen, and whether oneDNN lays the kernels out once a session; each choice
+was measured, and this is the measurement. Each variant
 decodes the same random lines with `t2t-decode --decode_hparams=engine=fast` in a process
 of its own, the variants in turns, --rounds times; the median of each is printed with its
 runs, the process's oneDNN setting and the CPU kind, and the outputs of all variants are
@@ -43,6 +45,10 @@ VARIANTS = {
     "attention": {
         "beam attention on oneDNN": {"beam_attention_on_onednn": True},
         "beam attention on Eigen": {"beam_attention_on_onednn": False},
+    },
+    "packing": {
+        "kernels laid out at each call": {"packed_kernels": False},
+        "kernels laid out once": {"packed_kernels": True},
     },
 }
 
@@ -94,7 +100,8 @@ def main() -> None:
     print(
         f"this CPU's policy: transposed_kernels {kernel_layout.transposed_kernels(machine)}, "
         f"ffn_padding {kernel_layout.ffn_padding(machine, 2048)} (at d_ff 2048), "
-        f"beam_attention_on_onednn {kernel_layout.beam_attention_on_onednn(machine)}"
+        f"beam_attention_on_onednn {kernel_layout.beam_attention_on_onednn(machine)}, "
+        f"packed_kernels {kernel_layout.packed_kernels(machine)}"
     )
     variants = VARIANTS[args.variants]
     beams = [int(b) for b in args.beams.split(",")]

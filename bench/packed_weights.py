@@ -1,22 +1,21 @@
 #!/usr/bin/env python3
-"""Benchmark: a decode step's products with the kernels as the fast engine holds them
-(session-local variables, TensorFlow's MatMul) against kernels that oneDNN packs once.
+"""Benchmark: a decode step's products with the kernels as the fast engine holds them,
+multiplied on TensorFlow's MatMul, against the same kernels laid out once by oneDNN
+(t2tcli.decode.fast_kernels.packed_matmul, what kernel_layout.packed_kernels turns on).
 
     python bench/packed_weights.py                       # t5_small, 32, 64 and 256 rows
-    python bench/packed_weights.py --hparams_set=t5_base --rows=64
+    python bench/packed_weights.py --hparams_set=t5_small --rows=64
     python bench/packed_weights.py --held=in_out           # held kernels as native-bfloat16 CPUs hold them
 
 TensorFlow's oneDNN MatMul takes its kernel as a plain array at every call, so the GEMM
 lays the kernel out for its inner loops again each time: at a decode step's few rows,
-that pass over the whole kernel can be a large share of the product. oneDNN's fused MatMul
-(`_FusedMatMul`, a MatMul with a bias) keeps the laid-out copy of a kernel that is a
-graph constant and reuses it at every later call. This measures what that would save:
-one decoder step's products (each layer's attention and FFN projections, then the
-logits) at each --rows, on one thread as a batch runs beside others, in the dtype
-activation_dtype=auto picks here and in the kernel layout the engine uses here, against
-the same products with constant kernels, a zero bias and the plain [in, out] layout.
-Both run in turns; each cell is the median of --rounds calls, the best of --turns turns,
-and the two sides' outputs are compared.
+that pass over the whole kernel can be a large share of the product. This measures what
+laying each kernel out once would save: one decoder step's products (each layer's
+attention and FFN projections, then the logits) at each --rows, on one thread as a batch
+runs beside others, in the dtype activation_dtype=auto picks here and in the kernel
+layout the engine uses here. Both run in turns; each cell is the median of --rounds
+calls, the best of --turns turns, and the two sides' outputs are compared.
+bench/decode_layout.py --variants=packing measures the same choice on whole decodes.
 """
 
 from __future__ import annotations
@@ -58,21 +57,6 @@ def step_products(hp: Any, vocab: int, ffn_padding: int) -> list[tuple[str, int,
     return layer * hp.num_decoder_layers + [("logits", hp.d_model, vocab)]
 
 
-def fused_matmul(x: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
-    """x @ kernel + bias as one `_FusedMatMul` op, which oneDNN runs with `kernel`
-    laid out once when it is a constant."""
-    attrs = {
-        "T": tf1.AttrValue(type=x.dtype.as_datatype_enum),
-        "transpose_a": tf1.AttrValue(b=False),
-        "transpose_b": tf1.AttrValue(b=False),
-        "num_args": tf1.AttrValue(i=1),
-        "fused_ops": tf1.AttrValue(list=tf1.AttrValue.ListValue(s=[b"BiasAdd"])),
-    }
-    graph = tf1.get_default_graph()
-    op = graph.create_op("_FusedMatMul", [x, kernel, bias], [x.dtype], name="fused_matmul", attrs=attrs)
-    return op.outputs[0]
-
-
 def build(
     side: str,
     products: list[tuple[str, int, int]],
@@ -93,16 +77,13 @@ def build(
             for w in widths
         }
         fetches = []
-        for (name, n_in, n_out), kernel in zip(products, kernels, strict=True):
-            x = inputs[n_in]
-            if side == "packed":
-                bias = tf1.placeholder_with_default(tf.zeros([n_out], dtype), [n_out])
-                y = fused_matmul(x, tf.constant(kernel, dtype), bias)
-            else:
-                # The engine keeps the logits' kernel [in, out] on every CPU (fast_weights).
-                transpose = transposed and name != "logits"
-                held = tf1.Variable(tf.constant(kernel.T if transpose else kernel, dtype), trainable=False)
-                y = fast_kernels.dense(x, tf.convert_to_tensor(held), transpose=transpose)
+        for (name, n_in, _), kernel in zip(products, kernels, strict=True):
+            # The engine keeps the logits' kernel [in, out] on every CPU (fast_weights).
+            transpose = transposed and name != "logits"
+            held = tf.convert_to_tensor(
+                tf1.Variable(tf.constant(kernel.T if transpose else kernel, dtype), trainable=False)
+            )
+            y = fast_kernels.dense(inputs[n_in], held, transpose=transpose, packed=side == "packed")
             fetches.append(tf.cast(y, tf.float32))
         init = tf1.global_variables_initializer()
     return graph, init, fetches

@@ -794,29 +794,33 @@ def test_the_packed_weights_step_is_each_decoder_layer_s_products_then_the_logit
     assert sum(n_in * n_out for _, n_in, n_out in products) == hp.num_decoder_layers * per_layer + d * 32128
 
 
-def test_a_fused_matmul_with_a_constant_kernel_runs_on_onednn_s_packing_kernel_and_adds_its_bias():
-    """The packed side of `bench/packed_weights.py` must be what it says: x @ kernel + bias,
-    run by oneDNN's fused MatMul (the kernel that keeps a constant kernel laid out) in a
-    session configured as the benchmark's and the engine's (no Grappler)."""
+def test_packed_weights_times_the_engine_s_packed_product_against_its_matmul():
+    """The two sides of `bench/packed_weights.py` must be what they say: the same products of
+    the same kernels, the packed side on oneDNN's fused MatMul (the engine's packed product),
+    the held side on MatMul, in a session configured as the benchmark's and the engine's."""
     import numpy as np
     import packed_weights
 
     from t2tcli.compat import tf
 
     tf1 = tf.compat.v1
+    products = [("ffn wi", 8, 12), ("logits", 8, 20)]
     rng = np.random.default_rng(0)
-    x, kernel, bias = rng.standard_normal((3, 4)), rng.standard_normal((4, 5)), rng.standard_normal(5)
-    graph = tf.Graph()
-    with graph.as_default():
-        fed = tf1.placeholder(tf.float32, [3, 4])
-        y = packed_weights.fused_matmul(fed, tf.constant(kernel, tf.float32), tf.constant(bias, tf.float32))
-    with tf1.Session(graph=graph, config=packed_weights.session_config()) as session:
-        metadata = tf1.RunMetadata()
-        options = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE)
-        got = session.run(y, {fed: x}, options=options, run_metadata=metadata)
-    np.testing.assert_allclose(got, x @ kernel + bias, rtol=1e-5)
-    ran = {n.timeline_label.split(" = ")[-1].split("(")[0] for d in metadata.step_stats.dev_stats for n in d.node_stats}
-    assert "_MklNativeFusedMatMul" in ran, ran
+    kernels = [rng.standard_normal((n_in, n_out)).astype(np.float32) for _, n_in, n_out in products]
+    outputs, ran = {}, {}
+    for side in packed_weights.SIDES:
+        graph, init, fetches = packed_weights.build(side, products, kernels, 3, tf.float32, transposed=True)
+        with tf1.Session(graph=graph, config=packed_weights.session_config()) as session:
+            session.run(init)
+            metadata = tf1.RunMetadata()
+            options = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE)
+            outputs[side] = session.run(fetches, options=options, run_metadata=metadata)
+        stats = metadata.step_stats.dev_stats
+        ran[side] = [n.timeline_label.split(" = ")[-1].split("(")[0] for d in stats for n in d.node_stats]
+    for held, packed in zip(outputs["held"], outputs["packed"], strict=True):
+        np.testing.assert_allclose(packed, held, rtol=1e-5, atol=1e-5)
+    assert ran["packed"].count("_MklNativeFusedMatMul") == len(products), ran["packed"]
+    assert "_MklNativeFusedMatMul" not in ran["held"], ran["held"]
 
 
 def test_each_session_runs_its_rounds_in_turn_order_and_keeps_its_best_median(monkeypatch):

@@ -62,17 +62,19 @@ def test_teacher_forced_scores_match_mesh_tensorflow(toy):
 
 
 @pytest.mark.parametrize(
-    "transposed, ffn_padding, beam_onednn",
-    [(False, 0, False), (True, 0, False), (False, 16, False), (False, 0, True)],
-    ids=["kernels_in_out", "kernels_out_in", "ffn_padded", "beam_attention_onednn"],
+    "transposed, ffn_padding, beam_onednn, packed",
+    [(False, 0, False, False), (True, 0, False, False), (False, 16, False, False), (False, 0, True, False)]
+    + [(True, 0, False, True)],
+    ids=["kernels_in_out", "kernels_out_in", "ffn_padded", "beam_attention_onednn", "kernels_packed"],
 )
 @pytest.mark.parametrize("decode", [{"beam_size": 1}, {"beam_size": 4, "alpha": 0.0}])
-def test_decodes_match_mesh_tensorflow(toy, decode, transposed, ffn_padding, beam_onednn, monkeypatch):
-    """Every layout of the fast engine's kernels and every attention kernel choice
-    (kernel_layout.transposed_kernels, kernel_layout.ffn_padding and
-    kernel_layout.beam_attention_on_onednn pick one per CPU) decodes as mesh-tensorflow does."""
+def test_decodes_match_mesh_tensorflow(toy, decode, transposed, ffn_padding, beam_onednn, packed, monkeypatch):
+    """Every layout of the fast engine's kernels and every kernel choice
+    (kernel_layout.transposed_kernels, ffn_padding, packed_kernels and
+    beam_attention_on_onednn pick one per CPU) decodes as mesh-tensorflow does."""
     monkeypatch.setattr(kernel_layout, "transposed_kernels", lambda machine: transposed)
     monkeypatch.setattr(kernel_layout, "ffn_padding", lambda machine, d_ff: ffn_padding)
+    monkeypatch.setattr(kernel_layout, "packed_kernels", lambda machine: packed)
     monkeypatch.setattr(fast_kernels, "beam_attention_on_onednn", lambda: beam_onednn)
     fast_ids, fast_scores = _predict(toy, "fast", **decode)
     mesh_ids, mesh_scores = _predict(toy, "mesh", **decode)
@@ -123,6 +125,56 @@ def test_a_strong_length_penalty_picks_another_beam_winner(toy):
         return int(ends[0]) if ends.size else len(row)
 
     assert all(length(penalized[i]) >= length(plain[i]) for i in changed), "the penalty favours longer hypotheses"
+
+
+def test_packed_products_equal_matmuls_and_keep_the_kernel_they_first_saw():
+    """oneDNN's product with its kernel laid out once (kernel_layout.packed_kernels) gives
+    MatMul's values for 2-D and 3-D inputs, a kernel held either way round, and any number
+    of rows in one session; and it keeps multiplying by the kernel of its first call, which
+    is why only weights that a session never changes (held ones) may take it."""
+    if not fast_kernels.machine().onednn_enabled:
+        pytest.skip("oneDNN is off in this process (TF_ENABLE_ONEDNN_OPTS=0)")
+    tf1 = tf.compat.v1
+    rng = np.random.default_rng(0)
+    with tf.Graph().as_default() as graph:
+        kernel = tf1.Variable(rng.standard_normal((48, 40)).astype(np.float32))
+        x = tf1.placeholder(tf.float32, [None, 48])
+        x3 = tf.reshape(x, [-1, 2, 48])
+        read = tf.convert_to_tensor(kernel)
+        cases = [(x, read, False), (x, tf.transpose(read), True), (x3, read, False)]
+        packed, plain = (
+            [fast_kernels.dense(a, k, transpose=t, packed=on) for a, k, t in cases] for on in (True, False)
+        )
+        assert sum(op.type == "_MklNativeFusedMatMul" for op in graph.get_operations()) == len(cases)
+        change = kernel.assign(kernel * 2.0 + 1.0)
+        with tf1.Session() as session:
+            session.run(kernel.initializer)
+            first = {}
+            for rows in (64, 6, 64):
+                feed = {x: rng.standard_normal((rows, 48)).astype(np.float32)}
+                got, want = session.run([packed, plain], feed)
+                for a, b in zip(got, want, strict=True):
+                    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
+                first[rows] = feed, want
+            session.run(change)
+            feed, before = first[64]
+            got, now = session.run([packed, plain], feed)
+            for kept, old, new in zip(got, before, now, strict=True):
+                np.testing.assert_allclose(kept, old, rtol=1e-5, atol=1e-4)
+                assert np.abs(new - old).max() > 1.0, "MatMul reads the changed kernel"
+
+
+def test_only_held_weights_are_packed(toy, monkeypatch):
+    """A session's held weights may be laid out once; weights read per batch (an exported
+    SavedModel's, whose variables may be restored again) never are."""
+    _, hp, vocab_size, _ = toy
+    monkeypatch.setattr(kernel_layout, "packed_kernels", lambda machine: True)
+    with tf.Graph().as_default():
+        config = model_config.build(hp, vocab_size)
+        assert config.kernels.packed_kernels
+        assert fast_weights.Weights(config, held=True).packed
+        with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True):
+            assert not fast_weights.Weights(config).packed
 
 
 def test_held_weights_are_prepared_once_a_session_and_decode_as_read_ones(toy):
@@ -338,6 +390,7 @@ def test_top_log_probs_by_blocks_are_the_log_softmax_top_k():
             logits_scale=1.0,
             logits_kernel=tf.constant(kernel),
             cast=lambda t: t,
+            packed=False,
         )
         blocks = fast_top_k.logits_blocks(w, rows)
         assert len(blocks) == 1, "a row count whose logits fit one block"

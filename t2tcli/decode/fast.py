@@ -173,7 +173,7 @@ def projected(w: Weights, x: tf.Tensor) -> tf.Tensor:
 
 def output_logits(w: Weights, x: tf.Tensor) -> tf.Tensor:
     """Float32 logits from the decoder's last layer."""
-    return tf.cast(fast_kernels.dense(projected(w, x), w.logits_kernel), tf.float32)
+    return tf.cast(fast_kernels.dense(projected(w, x), w.logits_kernel, packed=w.packed), tf.float32)
 
 
 def teacher_forced_logits(w: Weights, enc: Encoded, targets: tf.Tensor) -> tf.Tensor:

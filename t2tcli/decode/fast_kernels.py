@@ -14,6 +14,8 @@ import functools
 from t2tcli.compat import tf
 from t2tcli.model import hardware, kernel_layout
 
+tf1 = tf.compat.v1
+
 # Queries per attention at most, in a decode step (one per beam of an input).
 DECODE_QUERIES = 8
 
@@ -35,28 +37,59 @@ def bfloat16_in_float32() -> bool:
     return kernel_layout.emulated_einsum(machine())
 
 
-def matmul(a: tf.Tensor, b: tf.Tensor, transpose_b: bool = False) -> tf.Tensor:
+def matmul(a: tf.Tensor, b: tf.Tensor, transpose_b: bool = False, packed: bool = False) -> tf.Tensor:
     """tf.matmul; bfloat16 operands are multiplied in float32 and rounded once where the
     CPU has no native bfloat16, as the training graph's einsums are. That is the same
     arithmetic TensorFlow's CPU kernel does, and it avoids oneDNN's bfloat16 matmul,
     which aborts the process (dnnl::error) on a bfloat16 CPU held back by
-    ONEDNN_MAX_CPU_ISA=AVX2."""
+    ONEDNN_MAX_CPU_ISA=AVX2.
+
+    With `packed`, `b` must not change for the session's lifetime (see packed_matmul).
+    """
     if a.dtype == tf.bfloat16 and bfloat16_in_float32():
         product = tf.matmul(tf.cast(a, tf.float32), tf.cast(b, tf.float32), transpose_b=transpose_b)
         return tf.cast(product, tf.bfloat16)
+    if packed and machine().device == "cpu" and machine().onednn_enabled:
+        return packed_matmul(a, b, transpose_b)
     return tf.matmul(a, b, transpose_b=transpose_b)
 
 
-def dense(x: tf.Tensor, kernel: tf.Tensor, transpose: bool = False) -> tf.Tensor:
-    """x [..., d] @ kernel [d, n] (kernel [n, d] with `transpose`) for 2-D or 3-D x.
+def packed_matmul(a: tf.Tensor, kernel: tf.Tensor, transpose_b: bool = False) -> tf.Tensor:
+    """a @ kernel on oneDNN's inner product, told the kernel is constant: the op lays the
+    kernel out for its inner loops at its first call and multiplies every later call by
+    that copy, where TensorFlow's MatMul lays its kernel out at every call.
+
+    The op keeps the first kernel it sees, so `kernel` must hold the same values for as
+    long as the session runs (the fast engine's held weights do). TensorFlow builds this
+    op only from constants; held weights are variables, so it is named here (oneDNN's
+    fused MatMul, with a zero bias).
+    """
+    width = kernel.shape[0] if transpose_b else kernel.shape[1]
+    attrs = {
+        "T": tf1.AttrValue(type=a.dtype.as_datatype_enum),
+        "transpose_a": tf1.AttrValue(b=False),
+        "transpose_b": tf1.AttrValue(b=transpose_b),
+        "is_filter_const": tf1.AttrValue(b=True),
+        "num_args": tf1.AttrValue(i=1),
+        "fused_ops": tf1.AttrValue(list=tf1.AttrValue.ListValue(s=[b"BiasAdd"])),
+        "_kernel": tf1.AttrValue(s=b"MklNameChangeOp"),  # the label oneDNN's kernels register under
+    }
+    graph = tf1.get_default_graph()
+    inputs = [a, kernel, tf.zeros([width], a.dtype)]
+    return graph.create_op("_MklNativeFusedMatMul", inputs, [a.dtype], name="packed_matmul", attrs=attrs).outputs[0]
+
+
+def dense(x: tf.Tensor, kernel: tf.Tensor, transpose: bool = False, packed: bool = False) -> tf.Tensor:
+    """x [..., d] @ kernel [d, n] (kernel [n, d] with `transpose`) for 2-D or 3-D x;
+    `packed` as matmul's.
 
     A 3-D x is flattened to one 2-D MatMul rather than an Einsum: TensorFlow's
     bfloat16 Einsum runs far slower than its MatMul on CPUs without native
     bfloat16 (t2tcli.model.kernel_layout).
     """
     if x.shape.rank == 2:
-        return matmul(x, kernel, transpose_b=transpose)
-    flat = matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel, transpose_b=transpose)
+        return matmul(x, kernel, transpose_b=transpose, packed=packed)
+    flat = matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel, transpose_b=transpose, packed=packed)
     return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], tf.shape(flat)[-1:]], axis=0))
 
 

@@ -96,7 +96,7 @@ def top_log_probs(w: Weights, x: tf.Tensor, k: int, blocks: list[tuple[int, tf.T
     h = fast.projected(w, x)
     values, ids, sums = [], [], []
     for start, kernel in blocks:
-        logits = tf.cast(fast_kernels.matmul(h, kernel), tf.float32)
+        logits = tf.cast(fast_kernels.matmul(h, kernel, packed=w.packed), tf.float32)
         top, at, peak = top_k_by_chunks(logits, k)
         values.append(top)
         ids.append(at + start)

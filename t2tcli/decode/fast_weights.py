@@ -78,6 +78,7 @@ class Weights:
     (`kernel_layout.transposed_kernels`; transposed outside the decode loop),
     [in, out] as the checkpoint holds them elsewhere; `dense` multiplies by them either way.
     The FFN's inner width may carry zero units (`kernel_layout.ffn_padding`) that change no value.
+    Held kernels may be laid out once a session by oneDNN (`kernel_layout.packed_kernels`).
     """
 
     def __init__(self, config: ModelConfig, held: bool = False) -> None:
@@ -88,6 +89,8 @@ class Weights:
         self.activation = ACTIVATIONS[hp.ffn_activation.removeprefix("gated-")]
         self.gated = arch.gated
         self.transposed = config.kernels.transposed_kernels
+        # Only held kernels stay the same for a whole session, as packing them once asks.
+        self.packed = held and config.kernels.packed_kernels
         ffn_padding = config.kernels.ffn_padding
         cast = self.cast
 
@@ -158,4 +161,4 @@ class Weights:
 
     def dense(self, x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
         """x [..., in] times one of the layers' kernels: [..., out]."""
-        return fast_kernels.dense(x, kernel, transpose=self.transposed)
+        return fast_kernels.dense(x, kernel, transpose=self.transposed, packed=self.packed)

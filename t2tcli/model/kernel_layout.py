@@ -1,6 +1,7 @@
 """How the CPU's kernels are fed on this machine: whether bfloat16 products are computed
 in float32, which library runs beam attention, whether the fast decode engine keeps its
-kernels transposed, and whether it pads the FFN's inner width.
+kernels transposed, whether it pads the FFN's inner width, and whether it has oneDNN lay
+its kernels out once a session.
 
 Each choice follows one machine's facts (t2tcli.model.hardware), never the model's
 numbers: every variant computes the same values, only at a different speed. The
@@ -68,6 +69,21 @@ def ffn_padding(machine: hardware.Machine, d_ff: int) -> int:
     return FFN_PADDING if d_ff % 2048 == 0 else 0
 
 
+def packed_kernels(machine: hardware.Machine) -> bool:
+    """Whether the fast engine multiplies by its held kernels on oneDNN's inner product told
+    they are constant, which lays each kernel out for its inner loops once a session,
+    rather than on TensorFlow's MatMul, which lays it out again at every call.
+
+    That pass over the kernel weighs most where a product's few rows take least time: on
+    bfloat16-native CPUs, whose GEMMs also interleave a kernel's bfloat16 rows in pairs.
+    Where oneDNN runs AVX2-class kernels, whole greedy decodes ran slower packed (its
+    float32 inner product is slower there than its GEMM), so they keep MatMul; the other
+    kinds do too until `bench/decode_layout.py --variants=packing` has measured them.
+    """
+    del machine  # every kind measured so far keeps MatMul
+    return False
+
+
 @dataclasses.dataclass(frozen=True)
 class KernelLayout:
     """This machine's choices for the model's kernels, as t2tcli.model.config carries them."""
@@ -75,8 +91,11 @@ class KernelLayout:
     float32_einsums: bool = False  # bfloat16 products computed in float32 (emulated_einsum)
     transposed_kernels: bool = False  # the fast engine keeps kernels [out, in]
     ffn_padding: int = 0  # zero units the fast engine adds to the FFN's inner width
+    packed_kernels: bool = False  # the fast engine's held kernels laid out once a session (packed_kernels)
 
 
 def for_machine(machine: hardware.Machine, d_ff: int) -> KernelLayout:
     """Every kernel choice for a model of FFN width `d_ff` on `machine`."""
-    return KernelLayout(emulated_einsum(machine), transposed_kernels(machine), ffn_padding(machine, d_ff))
+    return KernelLayout(
+        emulated_einsum(machine), transposed_kernels(machine), ffn_padding(machine, d_ff), packed_kernels(machine)
+    )
