@@ -7,13 +7,13 @@
 
 t2tcli.model.kernel_layout picks, per CPU, whether the fast engine keeps the layers'
 kernels as the checkpoint holds them ([in, out]) or transposed ([out, in]), whether an
-FFN width of 2,048 gets 16 zero units, whether a beam step's attention runs on
-oneDNN or Eigen, and whether oneDNN lays the kernels out once a session; each choice
-was measured, and this is the measurement. Each variant
-decodes the same random lines with `t2t-decode --decode_hparams=engine=fast` in a process
-of its own, the variants in turns, --rounds times; the median of each is printed with its
-runs, the process's oneDNN setting and the CPU kind, and the outputs of all variants are
-compared (they must be the same). What a variant does not force follows this CPU's
+FFN width of 2,048 gets 16 zero units, whether a beam step's attention runs on oneDNN
+or Eigen, and whether oneDNN lays the kernels out once a session; each choice was
+measured, and this is the measurement. Each variant decodes the same random lines
+with `t2t-decode --decode_hparams=engine=fast` in a process of its own, the variants in
+turns, --rounds times; the median of each is printed with its runs, the process's oneDNN
+setting and the CPU kind, and the outputs of all variants are compared (they must be
+the same). What a variant does not force follows this CPU's
 policy. Set TF_ENABLE_ONEDNN_OPTS=0 to measure Eigen's GEMMs instead of oneDNN's.
 """
 

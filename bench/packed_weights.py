@@ -4,7 +4,7 @@ multiplied on TensorFlow's MatMul, against the same kernels laid out once by one
 (t2tcli.decode.fast_kernels.packed_matmul, what kernel_layout.packed_kernels turns on).
 
     python bench/packed_weights.py                       # t5_small, 32, 64 and 256 rows
-    python bench/packed_weights.py --hparams_set=t5_small --rows=64
+    python bench/packed_weights.py --hparams_set=t5_base --rows=64
     python bench/packed_weights.py --held=in_out           # held kernels as native-bfloat16 CPUs hold them
 
 TensorFlow's oneDNN MatMul takes its kernel as a plain array at every call, so the GEMM
