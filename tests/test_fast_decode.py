@@ -63,8 +63,13 @@ def test_teacher_forced_scores_match_mesh_tensorflow(toy):
 
 @pytest.mark.parametrize(
     "transposed, ffn_padding, beam_onednn, packed",
-    [(False, 0, False, False), (True, 0, False, False), (False, 16, False, False), (False, 0, True, False)]
-    + [(True, 0, False, True)],
+    [
+        (False, 0, False, False),
+        (True, 0, False, False),
+        (False, 16, False, False),
+        (False, 0, True, False),
+        (True, 0, False, True),
+    ],
     ids=["kernels_in_out", "kernels_out_in", "ffn_padded", "beam_attention_onednn", "kernels_packed"],
 )
 @pytest.mark.parametrize("decode", [{"beam_size": 1}, {"beam_size": 4, "alpha": 0.0}])

@@ -49,7 +49,7 @@ def matmul(a: tf.Tensor, b: tf.Tensor, transpose_b: bool = False, packed: bool =
     if a.dtype == tf.bfloat16 and bfloat16_in_float32():
         product = tf.matmul(tf.cast(a, tf.float32), tf.cast(b, tf.float32), transpose_b=transpose_b)
         return tf.cast(product, tf.bfloat16)
-    if packed and machine().device == "cpu" and machine().onednn_enabled:
+    if packed and machine().onednn_cpu():
         return packed_matmul(a, b, transpose_b)
     return tf.matmul(a, b, transpose_b=transpose_b)
 

@@ -40,6 +40,10 @@ class Machine:
                 return kind
         return "AVX2" if "avx2" in self.cpu_flags else "no AVX2"
 
+    def onednn_cpu(self) -> bool:
+        """Whether oneDNN runs the products here: a CPU, with TF_ENABLE_ONEDNN_OPTS not 0."""
+        return self.device == "cpu" and self.onednn_enabled
+
 
 def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
     """The first processor's feature flags (empty where /proc/cpuinfo does not exist)."""
@@ -104,7 +108,7 @@ def native_bfloat16(machine: Machine) -> tuple[bool, str]:
 def onednn_avx512(machine: Machine) -> bool:
     """Whether oneDNN runs its AVX-512 kernels here: a CPU with AVX-512, oneDNN on, and no
     ONEDNN_MAX_CPU_ISA holding it below AVX-512."""
-    if machine.device != "cpu" or not machine.onednn_enabled or "avx512f" not in machine.cpu_flags:
+    if not machine.onednn_cpu() or "avx512f" not in machine.cpu_flags:
         return False
     isa = machine.onednn_max_isa
     return not isa or isa == "DEFAULT" or isa.startswith(_AVX512_ISAS)

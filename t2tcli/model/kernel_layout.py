@@ -49,8 +49,7 @@ def transposed_kernels(machine: hardware.Machine) -> bool:
     GEMM where oneDNN runs AVX2 is float32 (bfloat16 ones run in float32 too,
     t2tcli.decode.fast_kernels.matmul), so the activation dtype need not be asked.
     """
-    onednn_cpu = machine.device == "cpu" and machine.onednn_enabled and "avx2" in machine.cpu_flags
-    return onednn_cpu and not hardware.onednn_avx512(machine)
+    return machine.onednn_cpu() and "avx2" in machine.cpu_flags and not hardware.onednn_avx512(machine)
 
 
 def ffn_padding(machine: hardware.Machine, d_ff: int) -> int:
