@@ -10,6 +10,7 @@
     python bench/train.py --separate_projections   # t2tcli with one product per q, k, v kernel (A/B)
     python bench/train.py --per_layer_bias         # t2tcli building the self-attention bias in each layer (A/B)
     python bench/train.py --mesh_tf_norm           # t2tcli with mesh-tf's element-wise RMS norms (A/B)
+    python bench/train.py --mesh_tf_ffn            # t2tcli with mesh-tf's separate FFN ReLU and dropout (A/B)
     python bench/train.py --einsums_as_written     # t2tcli without swapping einsum operands (A/B)
     python bench/train.py --float32_logits_product # t2tcli in bfloat16 with float32 attention-logit products (A/B)
     python bench/train.py --step_budget=60         # time slow rows over fewer steps (default: 180 s of them)
@@ -152,6 +153,7 @@ MESH_TF_ADAFACTOR = "BENCH_TRAIN_MESH_TF_ADAFACTOR"  # set: t2tcli rows update w
 SEPARATE_PROJECTIONS = "BENCH_TRAIN_SEPARATE_PROJECTIONS"  # set: t2tcli rows project q, k, v kernel by kernel
 PER_LAYER_BIAS = "BENCH_TRAIN_PER_LAYER_BIAS"  # set: t2tcli rows build the self-attention bias in every layer
 MESH_TF_NORM = "BENCH_TRAIN_MESH_TF_NORM"  # set: t2tcli rows use mesh-tf's own RMS norm ops
+MESH_TF_FFN = "BENCH_TRAIN_MESH_TF_FFN"  # set: t2tcli rows use mesh-tf's DenseReluDense
 EINSUMS_AS_WRITTEN = "BENCH_TRAIN_EINSUMS_AS_WRITTEN"  # set: t2tcli rows keep each einsum's operand order
 FLOAT32_LOGITS_PRODUCT = "BENCH_TRAIN_FLOAT32_LOGITS_PRODUCT"  # set: q and k cast to float32 for the logits
 
@@ -173,6 +175,8 @@ def worker_t2t(
         gin_bindings.fuses_loss = lambda config: False
     if os.environ.get(MESH_TF_NORM):
         gin_bindings.fuses_norm = lambda config: False
+    if os.environ.get(MESH_TF_FFN):
+        gin_bindings.fuses_ffn_dropout = lambda config: False
     if os.environ.get(EINSUMS_AS_WRITTEN):
         from t2tcli.model import einsum_order
 
@@ -407,6 +411,12 @@ def main() -> None:
         help="t2tcli rows run mesh-tensorflow's element-wise RMS norms instead of the fused ones (an A/B)",
     )
     parser.add_argument(
+        "--mesh_tf_ffn",
+        action="store_true",
+        help="t2tcli rows run mesh-tensorflow's FFN, its ReLU and dropout as separate ops, instead of the fused "
+        "passes (an A/B)",
+    )
+    parser.add_argument(
         "--einsums_as_written",
         action="store_true",
         help="t2tcli rows give every einsum's operands to TensorFlow in mesh-tensorflow's order, "
@@ -445,6 +455,8 @@ def main() -> None:
         os.environ[PER_LAYER_BIAS] = "1"
     if args.mesh_tf_norm:
         os.environ[MESH_TF_NORM] = "1"
+    if args.mesh_tf_ffn:
+        os.environ[MESH_TF_FFN] = "1"
     if args.einsums_as_written:
         os.environ[EINSUMS_AS_WRITTEN] = "1"
     if args.float32_logits_product:

@@ -75,6 +75,16 @@ def rounds_attention_logits(config: ModelConfig) -> bool:
     return head_major(config.use_tpu) and config.activation_dtype == "bfloat16" and native
 
 
+def fuses_ffn_dropout(config: ModelConfig) -> bool:
+    """Whether training's feed-forward layers apply ReLU and dropout in one fused pass each
+    way (t2tcli.model.ffn_dropout): off TPU, for a plain ReLU FFN, with bfloat16
+    activations where the products are native, whose separate passes run on TensorFlow's
+    slow bfloat16 element-wise kernels."""
+    native = not config.kernels.float32_einsums
+    relu = config.hparams.get("ffn_activation") == "relu"
+    return not config.use_tpu and relu and config.activation_dtype == "bfloat16" and native
+
+
 def _literal(hp: HParams, key: str, kind: type) -> str:
     """The hparam as a Python literal gin parses back to the same value; anything but a
     value of `kind` is refused, so no text from a model_dir can add a binding or an import."""
@@ -111,9 +121,10 @@ def bindings(config: ModelConfig) -> list[str]:
         self_attention, enc_dec_attention = "t2tcli.HeadMajorSelfAttention", "t2tcli.HeadMajorEncDecAttention"
     else:
         self_attention, enc_dec_attention = f"{_LAYERS}.SelfAttention", f"{_LAYERS}.EncDecAttention"
+    ffn = "t2tcli.FusedDenseReluDense" if fuses_ffn_dropout(config) else f"{_LAYERS}.DenseReluDense"
     out = [
-        f"encoder/make_layer_stack.layers = [@{self_attention}, @{_LAYERS}.DenseReluDense]",
-        f"decoder/make_layer_stack.layers = [@{self_attention}, @{enc_dec_attention}, @{_LAYERS}.DenseReluDense]",
+        f"encoder/make_layer_stack.layers = [@{self_attention}, @{ffn}]",
+        f"decoder/make_layer_stack.layers = [@{self_attention}, @{enc_dec_attention}, @{ffn}]",
         f"encoder/make_layer_stack.num_layers = {_literal(hp, 'num_encoder_layers', int)}",
         f"decoder/make_layer_stack.num_layers = {_literal(hp, 'num_decoder_layers', int)}",
         "make_layer_stack.block_scope = True",
@@ -160,7 +171,7 @@ def apply(config: ModelConfig) -> None:
     import mesh_tensorflow.transformer.transformer  # noqa: F401  (registers configurables)
     import mesh_tensorflow.transformer.transformer_layers  # noqa: F401
 
-    from t2tcli.model import attention, embedding, rms_norm, token_loss  # noqa: F401  (register t2tcli's configurables)
+    from t2tcli.model import attention, embedding, ffn_dropout, rms_norm, token_loss  # noqa: F401  (register t2tcli's configurables)
 
     with gin.unlock_config():
         gin.clear_config(clear_constants=True)

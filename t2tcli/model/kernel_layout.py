@@ -76,8 +76,11 @@ def packed_kernels(machine: hardware.Machine) -> bool:
     That pass over the kernel weighs most where a product's few rows take least time: on
     bfloat16-native CPUs, whose GEMMs also interleave a kernel's bfloat16 rows in pairs.
     Where oneDNN runs AVX2-class kernels, whole greedy decodes ran slower packed (its
-    float32 inner product is slower there than its GEMM), so they keep MatMul; the other
-    kinds do too until `bench/decode_layout.py --variants=packing` has measured them.
+    float32 inner product is slower there than its GEMM); on AMX, greedy decodes ran no
+    faster than the runs' spread and beam search slower, and some beam-4 outputs on random
+    weights differed from MatMul's (bfloat16 sums rounded in another order). So both keep
+    MatMul; AVX512-BF16 does too until `bench/decode_layout.py --variants=packing` has
+    measured it.
     """
     del machine  # every kind measured so far keeps MatMul
     return False
