@@ -118,6 +118,11 @@ def test_training_fuses_the_ffn_where_bfloat16_is_native_and_the_activation_a_re
     assert gin_bindings.fuses_ffn_dropout(config) is fused
     assert ("@t2tcli.FusedDenseReluDense" in " ".join(gin_bindings.bindings(config))) is fused
     assert not gin_bindings.fuses_ffn_dropout(model_config.build(tiny, 40, use_tpu=True))
+    for layout, split_fused in (("length:model", False), ("d_ff:model", fused), ("batch:model", fused)):
+        split = registry.hparams("mtf_transformer_tiny")
+        split.override_from_dict({"activation_dtype": requested, "ffn_activation": activation})
+        split.mesh_shape, split.layout = "model:2", layout
+        assert gin_bindings.fuses_ffn_dropout(model_config.build(split, 40)) is split_fused, layout
 
 
 def test_the_training_graph_keeps_mesh_tensorflows_variable_names(monkeypatch, tmp_path):

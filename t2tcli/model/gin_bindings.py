@@ -79,10 +79,12 @@ def fuses_ffn_dropout(config: ModelConfig) -> bool:
     """Whether training's feed-forward layers apply ReLU and dropout in one fused pass each
     way (t2tcli.model.ffn_dropout): off TPU, for a plain ReLU FFN, with bfloat16
     activations where the products are native, whose separate passes run on TensorFlow's
-    slow bfloat16 element-wise kernels."""
+    slow bfloat16 element-wise kernels; not when the mesh splits the length, over which
+    each slice broadcasts its dropout mask."""
     native = not config.kernels.float32_einsums
     relu = config.hparams.get("ffn_activation") == "relu"
-    return not config.use_tpu and relu and config.activation_dtype == "bfloat16" and native
+    whole_length = config.mesh.split_of("length") == 1
+    return not config.use_tpu and relu and config.activation_dtype == "bfloat16" and native and whole_length
 
 
 def _literal(hp: HParams, key: str, kind: type) -> str:
