@@ -320,6 +320,31 @@ def test_fused_token_loss_is_mesh_tensorflows_loss_with_its_gradient():
     np.testing.assert_allclose(fused16_grad, rounded_grad, rtol=2**-8, atol=1e-9)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_losss_row_maximum_of_16_bit_floats_is_tensorflows_bit_for_bit(dtype):
+    """The maximum read from the floats' bits as integers is the float maximum in rows with
+    numbers >= 0, rows of negatives only (the integers order them backwards), both at once,
+    and at the edges: zeros of either sign, infinities, a single element."""
+    from t2tcli.model.token_loss import _top
+
+    rng = np.random.default_rng(5)
+    mixed = rng.standard_normal((6, 50)) * 20
+    rows = {
+        "mixed": mixed,
+        "negative": -np.abs(mixed) - 1e-3,
+        "both": np.concatenate([mixed[:3], -np.abs(mixed[3:]) - 1e-3]),
+        "zeros": np.array([[0.0, -0.0, -1.0], [-0.0, -0.0, -0.0], [-0.0, -2.0, -1.5]]),
+        "infinities": np.array([[-np.inf, -3.0, -np.inf], [np.inf, 5.0, -np.inf], [-np.inf, -np.inf, -np.inf]]),
+        "single": np.array([[-7.0], [3.0]]),
+    }
+    for what, values in rows.items():
+        x = tf.cast(tf.constant(values, tf.float32), tf.as_dtype(dtype))
+        ours = _top(x).numpy()
+        theirs = tf.cast(tf.reduce_max(x, axis=-1, keepdims=True), tf.float32).numpy()
+        np.testing.assert_array_equal(ours, theirs, err_msg=what)
+        assert ours.dtype == np.float32 and ours.shape == (values.shape[0], 1)
+
+
 def _model_graph_ops(hp, mode, tmp_path, **decode) -> list:
     """The ops of the graph model_fn builds for `mode`."""
     from t2tcli.data.input import inputs
