@@ -698,6 +698,82 @@ def test_fused_rms_norm_is_mesh_tensorflows_with_its_gradients():
     np.testing.assert_allclose(dx16, exact16[1], rtol=2**-8, atol=1e-6 * np.abs(exact16[1]).max())
 
 
+def _norm_and_layer(how: str, x: np.ndarray, sequence_id: np.ndarray, dtype: str, train: bool = True):
+    """(y, dL/dx, dL/dscale, dL/dkernel) as float32 for the loss sum(y * y) of a norm and a
+    layer (a dense layer, in the sublayers' scopes) with the padding of `sequence_id`
+    zeroed, and the variables' names: t2tcli's one sublayer ("one"), t2tcli's fused norm
+    and mesh-tensorflow's layer call ("two"), or mesh-tensorflow's two ("mtf")."""
+    from types import SimpleNamespace
+
+    from mesh_tensorflow.transformer import transformer
+
+    from t2tcli.model.rms_norm import fused_rms_norm, fused_rms_norm_and_layer
+
+    class Dense:
+        def call(self, context, x):
+            return mtf.layers.dense(x, x.shape.dims[-1:], use_bias=False, variable_dtype=context.variable_dtype)
+
+    spec = meshlib.spec_from_hparams(registry.hparams("mtf_transformer_tiny"))
+    with tf.Graph().as_default():
+        tf1.set_random_seed(2)
+        graph = mtf.Graph()
+        mesh = mtf.Mesh(graph, "mesh")
+        dims = [mtf.Dimension(n, k) for n, k in zip(("batch", "length", "d_model"), x.shape, strict=True)]
+        activation_dtype = tf.as_dtype(dtype)
+        context = SimpleNamespace(
+            model=SimpleNamespace(model_dim=dims[-1], ensemble_dims=[]),
+            mesh=mesh,
+            variable_dtype=mtf.VariableDType(tf.float32, tf.float32, activation_dtype),
+            activation_dtype=activation_dtype,
+            train=train,
+            sequence_id=mtf.import_tf_tensor(mesh, tf.constant(sequence_id), mtf.Shape(dims[:2])),
+            current_layer=Dense(),
+        )
+        xs = mtf.cast(mtf.import_tf_tensor(mesh, tf.constant(x), mtf.Shape(dims)), activation_dtype)
+        with tf1.variable_scope("layer"):
+            if how == "one":
+                y = fused_rms_norm_and_layer(xs, None, context)
+            else:
+                norm = fused_rms_norm if how == "two" else transformer.sublayer_rms_norm
+                y = transformer.sublayer_call_layer(norm(xs, None, context), None, context)
+        y32 = mtf.cast(y, tf.float32)
+        scale, kernel = graph.trainable_variables
+        grads = mtf.gradients([mtf.reduce_sum(y32 * y32)], [xs, scale.outputs[0], kernel.outputs[0]])
+        lowering = mtf.Lowering(graph, {mesh: mesh_impl(spec, [""])})
+        outputs = [tf.cast(lowering.export_to_tf_tensor(v), tf.float32) for v in (y, *grads)]
+        with tf1.Session() as sess:
+            sess.run(tf1.global_variables_initializer())
+            sess.run(lowering.copy_masters_to_slices())
+            return sess.run(outputs), [v.name for v in graph.trainable_variables]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_fused_norm_zeroes_padding_as_the_layer_call_did(dtype):
+    """The norm and the layer as one sublayer: the same variables and, padding zeroed in
+    the fused pass rather than by a product of its own, the same values as the fused norm
+    followed by mesh-tensorflow's layer call; evaluation graphs run the two sublayers."""
+
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((3, 5, 16)) * 2).astype(np.float32)
+    sequence_id = np.array([[1, 1, 1, 0, 0], [1, 1, 2, 2, 2], [1, 0, 0, 0, 0]], np.int32)
+    (ours, names), (separate, separate_names), (theirs, their_names) = (
+        _norm_and_layer(how, x, sequence_id, dtype) for how in ("one", "two", "mtf")
+    )
+    assert names == separate_names == their_names == ["layer/rms_norm/scale", "layer/Dense/dense/kernel"]
+    padding = sequence_id == 0
+    assert not ours[0][padding].any() and ours[0][~padding].all() and not ours[1][padding].any()
+    # Against the fused norm and the layer call one after the other: equal, not merely close.
+    for a, b, what in zip(ours, separate, ("y", "dx", "dscale", "dkernel"), strict=True):
+        np.testing.assert_array_equal(a, b, err_msg=what)
+    tolerance = 1e-5 if dtype == "float32" else 2e-2  # mesh-tensorflow's norm: the same function
+    for a, b, what in zip(ours, theirs, ("y", "dx", "dscale", "dkernel"), strict=True):
+        np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance * np.abs(b).max(), err_msg=what)
+    # Graphs that do not train: mesh-tensorflow's two sublayers, the same ops.
+    evaluation = [_norm_and_layer(how, x, sequence_id, dtype, train=False)[0] for how in ("one", "mtf")]
+    for a, b in zip(*evaluation, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_the_model_fuses_its_norms_off_tpu_unless_the_mesh_splits_a_row():
     from t2tcli.model import gin_bindings
 

@@ -150,8 +150,14 @@ def bindings(config: ModelConfig) -> list[str]:
         f"DenseReluDense.activation = {_quoted(activation)}",
     ]
     norms = "t2tcli.fused_" if fuses_norm(config) else "transformer.sublayer_"
+    # Fused, the norm zeroes padding as it writes, in place of the layer call's own pass.
+    norm_and_layer = (
+        f"@t2tcli.fused_{norm}_and_layer"
+        if fuses_norm(config)
+        else f"@transformer.sublayer_{norm}, @transformer.sublayer_call_layer"
+    )
     out.append(
-        f"LayerStack.sublayers_per_layer = [@{norms}{norm}, @transformer.sublayer_call_layer, "
+        f"LayerStack.sublayers_per_layer = [{norm_and_layer}, "
         "@transformer.sublayer_dropout, @transformer.sublayer_residual]"
     )
     out.append(f"LayerStack.sublayers_final = [@{norms}{final_norm}, @transformer.sublayer_dropout]")
