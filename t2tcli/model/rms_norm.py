@@ -156,12 +156,13 @@ def fused_rms_norm_and_layer(
     if not _fuses(x, context):
         normed = transformer.sublayer_rms_norm(x, layer_stack, context, epsilon=epsilon, name=name)
         return transformer.sublayer_call_layer(normed, layer_stack, context)
-    keep = None
-    if isinstance(context.sequence_id, mtf.Tensor):  # as sublayer_mask_padding masks
-        keep = mtf.cast(mtf.not_equal(context.sequence_id, 0), context.activation_dtype)
-    if keep is not None and keep.shape.dims != x.shape.dims[:-1]:
+    sequence_id = context.sequence_id if isinstance(context.sequence_id, mtf.Tensor) else None
+    if sequence_id is not None and sequence_id.shape.dims != x.shape.dims[:-1]:
         normed = rms_norm(x, _scale(context, name), context.model.model_dim, epsilon)
         return transformer.sublayer_call_layer(normed, layer_stack, context)
+    keep = None
+    if sequence_id is not None:  # as sublayer_mask_padding masks
+        keep = mtf.cast(mtf.not_equal(sequence_id, 0), context.activation_dtype)
     normed = rms_norm(x, _scale(context, name), context.model.model_dim, epsilon, keep)
     layer = context.current_layer
     with tf.compat.v1.variable_scope(layer.__class__.__name__):  # as sublayer_call_layer scopes it
