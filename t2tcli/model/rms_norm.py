@@ -153,12 +153,9 @@ def fused_rms_norm_and_layer(
     Multiplying by 0 or 1 is exact, so the values are the two sublayers'; graphs that do
     not train run the two sublayers as they are.
     """
-    if not _fuses(x, context):
-        normed = transformer.sublayer_rms_norm(x, layer_stack, context, epsilon=epsilon, name=name)
-        return transformer.sublayer_call_layer(normed, layer_stack, context)
     sequence_id = context.sequence_id if isinstance(context.sequence_id, mtf.Tensor) else None
-    if sequence_id is not None and sequence_id.shape.dims != x.shape.dims[:-1]:
-        normed = rms_norm(x, _scale(context, name), context.model.model_dim, epsilon)
+    if not _fuses(x, context) or (sequence_id is not None and sequence_id.shape.dims != x.shape.dims[:-1]):
+        normed = fused_rms_norm(x, layer_stack, context, epsilon=epsilon, name=name)
         return transformer.sublayer_call_layer(normed, layer_stack, context)
     keep = None
     if sequence_id is not None:  # as sublayer_mask_padding masks
