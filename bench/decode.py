@@ -75,7 +75,17 @@ from turns import in_turn  # noqa: E402
 DEFAULT_IS = "t2t-decode default is"
 # The row of each engine engine=auto may choose on one CPU.
 ENGINE_ROWS = {"ctranslate2": "t2t-decode ctranslate2 float32", "fast": "t2t-decode fast (TF)"}
-SUMMARY = re.compile(r"(\d+) lines .*?(\d+) output tokens in ([\d.]+) s \(([\d.]+) s start-up\)")
+# t2t-decode's summary: lines, output tokens, and lines a second once the first batch was
+# read (to three or more digits, where its seconds are printed to one decimal).
+SUMMARY = re.compile(r"(\d+) lines .*?(\d+) output tokens in [\d.]+ s \([\d.]+ s start-up\): ([\d.]+) sentences/s")
+
+
+def decode_seconds(summary: re.Match) -> float:
+    """t2t-decode's decoding time, start-up left out, from its SUMMARY line."""
+    lines, rate = int(summary.group(1)), float(summary.group(3))
+    return lines / rate if rate > 0 else 0.0
+
+
 STEPS = re.compile(r"(\d+) batch(?:es)?, (\d+) decode steps")
 ENGINE_TIME = re.compile(r"([\d.]+) s of the ([\d.]+) s waiting on the engine")
 # What holds this CPU's vector units back for every system measured (set them all to
@@ -190,8 +200,8 @@ def run_t2t(model_dir: Path, src: Path, beam: int, batch: int, length: int, engi
     match = SUMMARY.search(proc.stderr)
     if not match:
         sys.exit(f"no summary in t2t-decode's log:\n{proc.stderr[-2000:]}")
-    lines, tokens, total, startup = match.groups()
-    result = {"lines": int(lines), "tokens": int(tokens), "decode_s": float(total) - float(startup), "wall_s": wall}
+    lines, tokens = int(match.group(1)), int(match.group(2))
+    result = {"lines": lines, "tokens": tokens, "decode_s": decode_seconds(match), "wall_s": wall}
     steps = STEPS.search(proc.stderr)
     if steps:  # how many steps its searches took
         result["steps_per_batch"] = int(steps.group(2)) / int(steps.group(1))

@@ -77,7 +77,7 @@ def decode_seconds(model_dir: Path, src: Path, out: Path, beam: int, forced: dic
     match = bench_decode.SUMMARY.search(proc.stderr)
     if proc.returncode != 0 or not match:
         sys.exit(f"t2t-decode failed:\n{proc.stderr[-2000:]}")
-    return float(match.group(3)) - float(match.group(4))
+    return bench_decode.decode_seconds(match)
 
 
 def main() -> None:
@@ -120,7 +120,7 @@ def main() -> None:
                     digests.setdefault(beam, set()).add(hashlib.sha256(out.read_bytes()).hexdigest())
     print(f"{args.hparams_set}, {args.lines} random lines, batch 64, 32 tokens a line: decode seconds")
     for (beam, name), seconds in runs.items():
-        listed = " ".join(f"{s:.1f}" for s in seconds)
+        listed = " ".join(f"{s:.2f}" for s in seconds)
         print(f"beam {beam}  {name:24s} median {statistics.median(seconds):6.2f}   runs {listed}")
     for beam, found in digests.items():
         print(f"beam {beam}: {'the same outputs' if len(found) == 1 else 'OUTPUTS DIFFER'} from every variant")

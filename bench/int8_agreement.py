@@ -84,8 +84,7 @@ def decode(model_dir: Path, src: Path, out: Path, beam: int, engine: str, quanti
         "--raw_inputs",
         f"--decode_hparams=beam_size={beam},engine={engine},quantization={quantization}",
     )
-    lines, _, total, startup = SUMMARY.search(proc.stderr).groups()
-    return int(lines) / (float(total) - float(startup))
+    return float(SUMMARY.search(proc.stderr).group(3))
 
 
 def scores(model_dir: Path, pairs_file: Path, out: Path, quantization: str) -> list[float]:
