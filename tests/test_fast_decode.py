@@ -357,6 +357,40 @@ def test_best_tokens_is_argmax_with_ties_to_the_lower_position(n):
     assert best[1] == n // 2 + 3
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("n", [32128, 256])
+def test_best_tokens_of_16_bit_logits_are_argmax_of_their_values(n, dtype):
+    """16-bit logits' best tokens, reduced as integers where every row's maximum is
+    positive, are np.argmax's of the same values as float32, ties included; a batch with a
+    row of negatives, a row whose maximum is zero (-0 first) or a NaN is reduced as float32."""
+    rng = np.random.default_rng(3)
+    values = np.concatenate([rng.integers(-2, 3, size=[16, n]), rng.normal(size=[16, n])], axis=0)
+    values[0] = 1.0  # all one value
+    values[1, [5, n // 2, n - 1]] = 9.0  # the maximum in a middle chunk, then tied later
+    odd = values.copy()
+    odd[20] = -np.abs(odd[20]) - 1  # no number >= 0
+    odd[21] = -np.abs(odd[21]) - 1
+    odd[21, 7], odd[21, n - 3] = -0.0, 0.0  # the maximum 0, first as -0
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        for case in (values, odd):
+            logits = tf.cast(tf.constant(case, tf.float32), dtype)
+            best, rounded = session.run([fast_top_k.best_tokens(logits), tf.cast(logits, tf.float32)])
+            np.testing.assert_array_equal(best, np.argmax(rounded, axis=1))
+    assert best[21] == 7
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_relu_of_16_bit_floats_by_their_bits_is_tensorflows(dtype):
+    """The engine's ReLU gives TensorFlow's values: negatives, -0, +-inf, tiny values (its -0
+    is +0, an equal value)."""
+    values = np.concatenate([np.random.default_rng(4).normal(size=1000), [-0.0, 0.0, np.inf, -np.inf, 1e-30, -1e-30]])
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        x = tf.cast(tf.constant(values, tf.float32), dtype)
+        ours, theirs = session.run([fast_weights.ACTIVATIONS["relu"](x), tf.nn.relu(x)])
+    assert ours.dtype == theirs.dtype
+    np.testing.assert_array_equal(ours.astype(np.float32), theirs.astype(np.float32))
+
+
 def test_trim_padding_cuts_columns_no_row_uses():
     ids = np.array([[5, 6, 1, 0, 0, 0], [7, 1, 0, 0, 0, 0]], np.int32)
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:

@@ -124,6 +124,24 @@ def test_beam_attention_runs_on_onednn_only_where_onednn_runs_avx512(machine, on
 
 
 @pytest.mark.parametrize(
+    "machine, packed",
+    [
+        (cpu(AMX), True),
+        (cpu(AMX, onednn_max_isa="AVX512_CORE_AMX"), True),
+        (cpu(AMX, onednn_max_isa="DEFAULT"), True),
+        (cpu(AMX, onednn_max_isa="AVX512_CORE_BF16"), False),
+        (cpu(AMX, onednn_max_isa="AVX2"), False),
+        (cpu(AMX, onednn_enabled=False), False),
+        (cpu(AVX512_BF16), False),
+        (cpu(AVX2), False),
+        (hardware.Machine("gpu", AMX, gpu_capability=(8, 0)), False),
+    ],
+)
+def test_decode_kernels_are_laid_out_once_only_where_onednn_multiplies_on_amx(machine, packed):
+    assert kernel_layout.packed_kernels(machine) is packed
+
+
+@pytest.mark.parametrize(
     "machine, d_ff, padding",
     [
         (cpu(AVX2), 2048, kernel_layout.FFN_PADDING),

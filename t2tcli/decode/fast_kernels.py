@@ -75,7 +75,7 @@ def packed_matmul(a: tf.Tensor, kernel: tf.Tensor, transpose_b: bool = False) ->
         "_kernel": tf1.AttrValue(s=b"MklNameChangeOp"),  # the label oneDNN's kernels register under
     }
     graph = tf1.get_default_graph()
-    inputs = [a, kernel, tf.zeros([width], a.dtype)]
+    inputs = [a, kernel, tf.fill([width], tf.constant(0, a.dtype))]  # a Fill whatever the width
     return graph.create_op("_MklNativeFusedMatMul", inputs, [a.dtype], name="packed_matmul", attrs=attrs).outputs[0]
 
 

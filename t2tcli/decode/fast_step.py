@@ -200,14 +200,21 @@ class Stepper:
         return self._rows(tf.transpose(o, [0, 2, 1, 3]))
 
     def __call__(
-        self, step: tf.Tensor, ids: tf.Tensor, state: list[tf.Tensor], enc: Encoded, source: tf.Tensor | None = None
+        self,
+        step: tf.Tensor,
+        ids: tf.Tensor,
+        state: list[tf.Tensor],
+        enc: Encoded,
+        source: tf.Tensor | None = None,
+        float32: bool = True,
     ) -> tuple[tf.Tensor, list[tf.Tensor]]:
-        """(float32 logits [rows, vocab] for the token after `ids` [rows], new cache state);
+        """(logits [rows, vocab] for the token after `ids` [rows], new cache state);
         `enc`: the encoder's output for these rows' inputs (`encoded`, or rows of it);
-        `source`: the row of `state` each row continues (beam search: required)."""
+        `source`: the row of `state` each row continues (beam search: required); the
+        logits float32, or (not `float32`) in the activation dtype (fast.output_logits)."""
         x, new_state = self.hidden(step, ids, state, enc, source)
         with tf.name_scope("logits"):
-            return fast.output_logits(self.w, x), new_state
+            return fast.output_logits(self.w, x, float32), new_state
 
     def hidden(
         self, step: tf.Tensor, ids: tf.Tensor, state: list[tf.Tensor], enc: Encoded, source: tf.Tensor | None = None

@@ -73,21 +73,50 @@ def top_k_by_chunks(logits: tf.Tensor, k: int) -> tuple[tf.Tensor, tf.Tensor, tf
 
 def best_tokens(logits: tf.Tensor) -> tf.Tensor:
     """int32 [rows]: the position of each row's largest logit in [rows, n], ties to the
-    lower position, as tf.argmax gives it.
+    lower position, as tf.argmax gives it (float32, or 16-bit logits as floats).
 
     TensorFlow's CPU argmax reads a row one logit at a time, a few percent of a greedy
     step at T5's vocabulary where a decode step's products are fast. A vectorized maximum
     per chunk reads the logits instead; the row's first maximum lies in the first chunk
     whose maximum is the row's, so argmax runs over the chunk maxima and that one chunk.
+    16-bit logits are reduced as integers (`_best_of_16_bit_floats`), with no float32 copy.
     """
     n = int(logits.shape[1])
     chunk = math.gcd(n, ARGMAX_CHUNK)
     if chunk < ARGMAX_MIN_CHUNK:
-        return tf.argmax(logits, axis=-1, output_type=tf.int32)
+        return tf.argmax(tf.cast(logits, tf.float32), axis=-1, output_type=tf.int32)
     by_chunk = tf.reshape(logits, [-1, n // chunk, chunk])
-    best_chunk = tf.argmax(tf.reduce_max(by_chunk, axis=-1), axis=-1, output_type=tf.int32)
-    within = tf.argmax(tf.gather(by_chunk, best_chunk, batch_dims=1), axis=-1, output_type=tf.int32)
-    return best_chunk * chunk + within
+    if logits.dtype in (tf.bfloat16, tf.float16):
+        return _best_of_16_bit_floats(logits, by_chunk)
+    return _best_in_chunks(by_chunk, tf.reduce_max(by_chunk, axis=-1))
+
+
+def _best_in_chunks(by_chunk: tf.Tensor, maxima: tf.Tensor) -> tf.Tensor:
+    """The best position of logits [rows, chunks, chunk] whose chunk maxima are `maxima`."""
+    best_chunk = tf.argmax(tf.cast(maxima, tf.float32), axis=-1, output_type=tf.int32)
+    within = tf.cast(tf.gather(by_chunk, best_chunk, batch_dims=1), tf.float32)
+    return best_chunk * int(by_chunk.shape[-1]) + tf.argmax(within, axis=-1, output_type=tf.int32)
+
+
+def _best_of_16_bit_floats(logits: tf.Tensor, by_chunk: tf.Tensor) -> tf.Tensor:
+    """best_tokens of 16-bit logits [rows, n] (`by_chunk`: [rows, chunks, chunk]).
+
+    A sign-magnitude float read as a signed integer orders the positive floats as the
+    floats order, above zero and every negative one. So where a row's largest integer is
+    a positive finite float, the chunks' integer maxima are exact wherever a chunk holds
+    a positive number, and lower than the row's maximum elsewhere: the first chunk holding
+    the row's maximum is found from them. A batch with some row of no positive number (or
+    a NaN) is reduced as float32 instead.
+    """
+    highest = tf.reduce_max(tf.bitcast(by_chunk, tf.int16), axis=-1)  # [rows, chunks]
+    row_highest = tf.reduce_max(highest, axis=-1)
+    infinity = tf.bitcast(tf.constant(float("inf"), logits.dtype), tf.int16)
+    positive = tf.reduce_all((row_highest > 0) & (row_highest <= infinity))
+    return tf.cond(
+        positive,
+        lambda: _best_in_chunks(by_chunk, tf.bitcast(highest, logits.dtype)),
+        lambda: best_tokens(tf.cast(logits, tf.float32)),
+    )
 
 
 def top_log_probs(w: Weights, x: tf.Tensor, k: int, blocks: list[tuple[int, tf.Tensor]]) -> tuple[tf.Tensor, tf.Tensor]:

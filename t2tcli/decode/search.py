@@ -150,8 +150,12 @@ def sample(
     rows = tf.shape(inputs)[0]
     stepper = Stepper(w, encode(w, inputs), length)
 
+    # Greedy search without scores reads only each row's best token, which best_tokens
+    # finds in the activation dtype as exactly as in float32.
+    float32 = temperature > 0 or scores
+
     def body(step, row_steps, answers, state, enc, caches):  # noqa: ANN001, ANN202
-        logits, caches = stepper(step, state.prev, caches, enc)
+        logits, caches = stepper(step, state.prev, caches, enc, float32=float32)
         n = tf.shape(state.prev)[0]
         if temperature > 0:
             chooser = logits / temperature

@@ -21,6 +21,8 @@ _NATIVE_BF16_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", 
 NATIVE_BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 # oneDNN's ISA names (ONEDNN_MAX_CPU_ISA) from which its GEMMs use AVX-512 registers.
 _AVX512_ISAS = ("AVX512", "AVX10_", "ALL")
+# oneDNN's ISA names from which its bfloat16 GEMMs use AMX tiles.
+_AMX_ISAS = ("AVX512_CORE_AMX", "AVX10_1_512_AMX", "ALL")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,3 +114,12 @@ def onednn_avx512(machine: Machine) -> bool:
         return False
     isa = machine.onednn_max_isa
     return not isa or isa == "DEFAULT" or isa.startswith(_AVX512_ISAS)
+
+
+def onednn_amx(machine: Machine) -> bool:
+    """Whether oneDNN multiplies bfloat16 on AMX tiles here: a CPU with AMX, oneDNN on, and
+    no ONEDNN_MAX_CPU_ISA holding it below AMX."""
+    if not machine.onednn_cpu() or "amx_bf16" not in machine.cpu_flags:
+        return False
+    isa = machine.onednn_max_isa
+    return not isa or isa == "DEFAULT" or isa.startswith(_AMX_ISAS)

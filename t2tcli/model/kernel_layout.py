@@ -75,15 +75,14 @@ def packed_kernels(machine: hardware.Machine) -> bool:
 
     That pass over the kernel weighs most where a product's few rows take least time: on
     bfloat16-native CPUs, whose GEMMs also interleave a kernel's bfloat16 rows in pairs.
-    Where oneDNN runs AVX2-class kernels, whole greedy decodes ran slower packed (its
-    float32 inner product is slower there than its GEMM); on AMX, greedy decodes ran no
-    faster than the runs' spread and beam search slower, and some beam-4 outputs on random
-    weights differed from MatMul's (bfloat16 sums rounded in another order). So both keep
-    MatMul; AVX512-BF16 does too until `bench/decode_layout.py --variants=packing` has
-    measured it.
+    Where oneDNN multiplies on AMX tiles, greedy and beam-4 decodes ran faster laid out
+    once (`bench/decode_layout.py --variants=packing`, in BENCHMARKS.md); the sums are
+    rounded in another order, so a bfloat16 decode may differ from MatMul's where two
+    tokens nearly tie. Where oneDNN runs AVX2-class kernels, whole greedy decodes ran
+    slower (its float32 inner product is slower there than its GEMM), so they keep MatMul;
+    so does AVX512-BF16 without AMX until that benchmark has measured it.
     """
-    del machine  # every kind measured so far keeps MatMul
-    return False
+    return hardware.onednn_amx(machine)
 
 
 @dataclasses.dataclass(frozen=True)
