@@ -134,9 +134,10 @@ def test_a_strong_length_penalty_picks_another_beam_winner(toy):
 
 def test_packed_products_equal_matmuls_and_keep_the_kernel_they_first_saw():
     """oneDNN's product with its kernel laid out once (kernel_layout.packed_kernels) gives
-    MatMul's values for 2-D and 3-D inputs, a kernel held either way round, and any number
-    of rows in one session; and it keeps multiplying by the kernel of its first call, which
-    is why only weights that a session never changes (held ones) may take it."""
+    MatMul's values for 2-D and 3-D inputs, a kernel held either way round, with its ReLU
+    or an addend inside it, and any number of rows in one session; and it keeps
+    multiplying by the kernel of its first call, which is why only weights that a session
+    never changes (held ones) may take it."""
     if not fast_kernels.machine().onednn_enabled:
         pytest.skip("oneDNN is off in this process (TF_ENABLE_ONEDNN_OPTS=0)")
     tf1 = tf.compat.v1
@@ -144,11 +145,18 @@ def test_packed_products_equal_matmuls_and_keep_the_kernel_they_first_saw():
     with tf.Graph().as_default() as graph:
         kernel = tf1.Variable(rng.standard_normal((48, 40)).astype(np.float32))
         x = tf1.placeholder(tf.float32, [None, 48])
-        x3 = tf.reshape(x, [-1, 2, 48])
+        addend = tf1.placeholder(tf.float32, [None, 40])
+        x3, addend3 = tf.reshape(x, [-1, 2, 48]), tf.reshape(addend, [-1, 2, 40])
         read = tf.convert_to_tensor(kernel)
-        cases = [(x, read, False), (x, tf.transpose(read), True), (x3, read, False)]
+        cases = [
+            (x, read, False, False, None),
+            (x, tf.transpose(read), True, False, None),
+            (x3, read, False, False, None),
+            (x, read, False, True, None),
+            (x3, tf.transpose(read), True, False, addend3),
+        ]
         packed, plain = (
-            [fast_kernels.dense(a, k, transpose=t, packed=on) for a, k, t in cases] for on in (True, False)
+            [fast_kernels.dense(a, k, t, on, relu, plus) for a, k, t, relu, plus in cases] for on in (True, False)
         )
         assert sum(op.type == "_MklNativeFusedMatMul" for op in graph.get_operations()) == len(cases)
         change = kernel.assign(kernel * 2.0 + 1.0)
@@ -157,6 +165,7 @@ def test_packed_products_equal_matmuls_and_keep_the_kernel_they_first_saw():
             first = {}
             for rows in (64, 6, 64):
                 feed = {x: rng.standard_normal((rows, 48)).astype(np.float32)}
+                feed[addend] = rng.standard_normal((rows, 40)).astype(np.float32)
                 got, want = session.run([packed, plain], feed)
                 for a, b in zip(got, want, strict=True):
                     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)

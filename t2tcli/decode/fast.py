@@ -101,13 +101,15 @@ def merge_heads(x: tf.Tensor, dims: Dims) -> tf.Tensor:
 
 def ffn(w: Weights, layer: dict[str, Any], x: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
     """x plus the FFN of its norm (scaled by `scale`, in x's dtype); the matmuls run in
-    the activation dtype."""
-    h = w.dense(w.cast(rms_norm(x, scale)), layer["wi"])
+    the activation dtype, and an x in that dtype is added inside the output product."""
+    h = w.dense(w.cast(rms_norm(x, scale)), layer["wi"], relu_after=w.relu_ffn)
     if w.gated:
         gate, linear = tf.split(h, 2, axis=-1)
         h = w.activation(gate) * linear
-    else:
+    elif not w.relu_ffn:
         h = w.activation(h)
+    if x.dtype == w.dims.dtype:
+        return w.dense(h, layer["wo"], plus=x)
     return x + tf.cast(w.dense(h, layer["wo"]), x.dtype)
 
 
@@ -115,7 +117,7 @@ def _self_attention_full(w: Weights, layer: dict[str, Any], x: tf.Tensor, bias: 
     h = rms_norm(x, layer["self_norm"])
     q, k, v = split_heads(w.dense(h, layer["self"]["qkv"]), 3, w.dims)
     o = fast_kernels.attend(q, k, v, bias)
-    return x + w.dense(merge_heads(o, w.dims), layer["self"]["o"])
+    return w.dense(merge_heads(o, w.dims), layer["self"]["o"], plus=x)
 
 
 def _padding_bias(visible: tf.Tensor) -> tf.Tensor:
@@ -174,7 +176,7 @@ def _encode(w: Weights, inputs: tf.Tensor) -> Encoded:
 def _cross_attention(w: Weights, layer: dict[str, Any], i: int, x: tf.Tensor, enc: Encoded) -> tf.Tensor:
     h = rms_norm(x, layer["cross_norm"])
     o = fast_kernels.attend(heads(w.dense(h, layer["cross"]["q"]), w.dims), enc.keys[i], enc.values[i], enc.bias)
-    return x + w.dense(merge_heads(o, w.dims), layer["cross"]["o"])
+    return w.dense(merge_heads(o, w.dims), layer["cross"]["o"], plus=x)
 
 
 def projected(w: Weights, x: tf.Tensor) -> tf.Tensor:

@@ -25,22 +25,8 @@ def _gelu(x: tf.Tensor) -> tf.Tensor:
     return 0.5 * x * (1.0 + tf.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)))
 
 
-def _relu(x: tf.Tensor) -> tf.Tensor:
-    """ReLU; a 16-bit float's as the integer maximum of its bits and 0.
-
-    TensorFlow's CPU ReLU converts each bfloat16 element on its own, where an int16
-    maximum is vectorized: twice as fast over an encoder's [batch * length, d_ff]. A
-    16-bit float with its sign bit set reads as a negative int16 and becomes +0, as
-    ReLU makes every negative value (-0 too, where TensorFlow keeps -0: an equal value);
-    the rest keep their bits.
-    """
-    if x.dtype not in (tf.bfloat16, tf.float16):
-        return tf.nn.relu(x)
-    return tf.bitcast(tf.maximum(tf.bitcast(x, tf.int16), tf.constant(0, tf.int16)), x.dtype)
-
-
 ACTIVATIONS: dict[str, Callable[[tf.Tensor], tf.Tensor]] = {
-    "relu": _relu,
+    "relu": fast_kernels.relu,
     "gelu": _gelu,
     "swish": lambda x: x * tf.sigmoid(x),
     "sigmoid": tf.sigmoid,
@@ -102,6 +88,8 @@ class Weights:
         self.dims = Dims(hp.d_model, hp.num_heads, hp.d_kv, tf.as_dtype(config.activation_dtype))
         self.activation = ACTIVATIONS[hp.ffn_activation.removeprefix("gated-")]
         self.gated = arch.gated
+        # An ungated ReLU FFN takes its activation inside its input product (`dense`).
+        self.relu_ffn = hp.ffn_activation == "relu"
         self.transposed = config.kernels.transposed_kernels
         # Only held kernels stay the same for a whole session, as packing them once asks.
         self.packed = held and config.kernels.packed_kernels
@@ -173,6 +161,9 @@ class Weights:
     def cast(self, x: tf.Tensor) -> tf.Tensor:
         return tf.cast(x, self.dims.dtype)
 
-    def dense(self, x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-        """x [..., in] times one of the layers' kernels: [..., out]."""
-        return fast_kernels.dense(x, kernel, transpose=self.transposed, packed=self.packed)
+    def dense(
+        self, x: tf.Tensor, kernel: tf.Tensor, relu_after: bool = False, plus: tf.Tensor | None = None
+    ) -> tf.Tensor:
+        """x [..., in] times one of the layers' kernels: [..., out], then its ReLU
+        (`relu_after`), plus `plus` (fast_kernels.dense)."""
+        return fast_kernels.dense(x, kernel, self.transposed, self.packed, relu_after, plus)
