@@ -16,7 +16,7 @@ from t2tcli.decode import fast, fast_kernels, fast_step, fast_top_k, fast_weight
 from t2tcli.decode.settings import DecodeSettings
 from t2tcli.errors import UserError
 from t2tcli.model import config as model_config
-from t2tcli.model import kernel_layout, run_records, weight_names
+from t2tcli.model import hardware, kernel_layout, run_records, weight_names
 
 BATCH = 8
 TEXTS = ["d", "a b c", "e e a a b a", "j d g j g i g h d", "c", "f g c g h d e j", "b b b b", "i h g f e"]
@@ -366,12 +366,16 @@ def test_best_tokens_is_argmax_with_ties_to_the_lower_position(n):
     assert best[1] == n // 2 + 3
 
 
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("n", [32128, 256])
-def test_best_tokens_of_16_bit_logits_are_argmax_of_their_values(n, dtype):
+def test_best_tokens_of_16_bit_logits_are_argmax_of_their_values(n, dtype, device, monkeypatch):
     """16-bit logits' best tokens, reduced as integers where every row's maximum is
     positive, are np.argmax's of the same values as float32, ties included; a batch with a
-    row of negatives, a row whose maximum is zero (-0 first) or a NaN is reduced as float32."""
+    row of negatives or a row whose maximum is zero (-0 first) is reduced as float32, and
+    so is every batch where the engine runs on a GPU (no int16 in its graph)."""
+    if device == "gpu":
+        monkeypatch.setattr(fast_kernels, "machine", lambda: hardware.Machine("gpu", gpu_capability=(8, 0)))
     rng = np.random.default_rng(3)
     values = np.concatenate([rng.integers(-2, 3, size=[16, n]), rng.normal(size=[16, n])], axis=0)
     values[0] = 1.0  # all one value
@@ -380,22 +384,29 @@ def test_best_tokens_of_16_bit_logits_are_argmax_of_their_values(n, dtype):
     odd[20] = -np.abs(odd[20]) - 1  # no number >= 0
     odd[21] = -np.abs(odd[21]) - 1
     odd[21, 7], odd[21, n - 3] = -0.0, 0.0  # the maximum 0, first as -0
-    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+    with tf.Graph().as_default() as graph, tf.compat.v1.Session() as session:
         for case in (values, odd):
             logits = tf.cast(tf.constant(case, tf.float32), dtype)
             best, rounded = session.run([fast_top_k.best_tokens(logits), tf.cast(logits, tf.float32)])
             np.testing.assert_array_equal(best, np.argmax(rounded, axis=1))
+        bitcasts = [op for op in graph.get_operations() if op.type == "Bitcast"]
     assert best[21] == 7
+    assert bool(bitcasts) == (device == "cpu")
 
 
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
-def test_relu_of_16_bit_floats_by_their_bits_is_tensorflows(dtype):
+def test_relu_of_16_bit_floats_by_their_bits_is_tensorflows(dtype, device, monkeypatch):
     """The engine's ReLU gives TensorFlow's values: negatives, -0, +-inf, tiny values (its -0
-    is +0, an equal value)."""
+    is +0, an equal value); on a GPU it is tf.nn.relu."""
+    if device == "gpu":
+        monkeypatch.setattr(fast_kernels, "machine", lambda: hardware.Machine("gpu", gpu_capability=(8, 0)))
     values = np.concatenate([np.random.default_rng(4).normal(size=1000), [-0.0, 0.0, np.inf, -np.inf, 1e-30, -1e-30]])
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         x = tf.cast(tf.constant(values, tf.float32), dtype)
         ours, theirs = session.run([fast_weights.ACTIVATIONS["relu"](x), tf.nn.relu(x)])
+        relus = sum(op.type == "Relu" for op in tf.compat.v1.get_default_graph().get_operations())
+    assert relus == (2 if device == "gpu" or dtype == "float32" else 1)
     assert ours.dtype == theirs.dtype
     np.testing.assert_array_equal(ours.astype(np.float32), theirs.astype(np.float32))
 

@@ -100,9 +100,9 @@ def relu(x: tf.Tensor) -> tf.Tensor:
     maximum is vectorized: twice as fast over an encoder's [batch * length, d_ff]. A
     16-bit float with its sign bit set reads as a negative int16 and becomes +0, as
     ReLU makes every negative value (-0 too, where TensorFlow keeps -0: an equal value);
-    the rest keep their bits.
+    the rest keep their bits. GPUs (whose kernels have no int16 maximum) take tf.nn.relu.
     """
-    if x.dtype not in (tf.bfloat16, tf.float16):
+    if x.dtype not in (tf.bfloat16, tf.float16) or machine().device != "cpu":
         return tf.nn.relu(x)
     return tf.bitcast(tf.maximum(tf.bitcast(x, tf.int16), tf.constant(0, tf.int16)), x.dtype)
 

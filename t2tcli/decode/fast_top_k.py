@@ -79,14 +79,18 @@ def best_tokens(logits: tf.Tensor) -> tf.Tensor:
     step at T5's vocabulary where a decode step's products are fast. A vectorized maximum
     per chunk reads the logits instead; the row's first maximum lies in the first chunk
     whose maximum is the row's, so argmax runs over the chunk maxima and that one chunk.
-    16-bit logits are reduced as integers (`_best_of_16_bit_floats`), with no float32 copy.
+    On a CPU, 16-bit logits are reduced as integers (`_best_of_16_bit_floats`), with no
+    float32 copy; a GPU (whose kernels reduce no int16) reduces them as float32.
     """
     n = int(logits.shape[1])
     chunk = math.gcd(n, ARGMAX_CHUNK)
+    sixteen_bit = logits.dtype in (tf.bfloat16, tf.float16)
+    if sixteen_bit and (chunk < ARGMAX_MIN_CHUNK or fast_kernels.machine().device != "cpu"):
+        logits, sixteen_bit = tf.cast(logits, tf.float32), False
     if chunk < ARGMAX_MIN_CHUNK:
-        return tf.argmax(tf.cast(logits, tf.float32), axis=-1, output_type=tf.int32)
+        return tf.argmax(logits, axis=-1, output_type=tf.int32)
     by_chunk = tf.reshape(logits, [-1, n // chunk, chunk])
-    if logits.dtype in (tf.bfloat16, tf.float16):
+    if sixteen_bit:
         return _best_of_16_bit_floats(logits, by_chunk)
     return _best_in_chunks(by_chunk, tf.reduce_max(by_chunk, axis=-1))
 
