@@ -191,6 +191,27 @@ def test_only_held_weights_are_packed(toy, monkeypatch):
             assert not fast_weights.Weights(config).packed
 
 
+def test_only_the_engines_own_graph_uses_onednn_internal_ops_and_16_bit_integer_tricks(toy, monkeypatch):
+    """A decode graph on held weights (the engine's own session) may lay kernels out once and
+    read bfloat16 as int16; one on weights read per batch (an exported SavedModel's) keeps
+    plain ops, so it runs wherever TensorFlow does."""
+    if not fast_kernels.machine().onednn_cpu():
+        pytest.skip("the engine uses oneDNN's ops on CPUs with oneDNN on only")
+    _, hp, vocab_size, _ = toy
+    hp = hp.copy()
+    hp.activation_dtype, hp.ffn_activation = "bfloat16", "relu"
+    monkeypatch.setattr(kernel_layout, "packed_kernels", lambda machine: True)
+    decode = DecodeSettings.of({"beam_size": 1, "compute_scores": False}, hp)
+    for held in (True, False):
+        with tf.Graph().as_default() as graph:
+            w = fast_weights.Weights(model_config.build(hp, vocab_size), held=held)
+            search.decode(w, tf.compat.v1.placeholder(tf.int32, [None, 8]), decode, 4)
+            functions = graph.as_graph_def().library.function
+            ops = {op.type for op in graph.get_operations()} | {n.op for f in functions for n in f.node_def}
+        assert ({"_MklNativeFusedMatMul", "Bitcast"} <= ops) == held
+        assert not ({"_MklNativeFusedMatMul", "Bitcast"} & ops) or held
+
+
 def test_held_weights_are_prepared_once_a_session_and_decode_as_read_ones(toy):
     """Held, the kernels in their prepared dtype and layout are computed by the local init
     op (after the restore), not again for each batch: the decode is the one of weights
@@ -404,7 +425,7 @@ def test_relu_of_16_bit_floats_by_their_bits_is_tensorflows(dtype, device, monke
     values = np.concatenate([np.random.default_rng(4).normal(size=1000), [-0.0, 0.0, np.inf, -np.inf, 1e-30, -1e-30]])
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         x = tf.cast(tf.constant(values, tf.float32), dtype)
-        ours, theirs = session.run([fast_weights.ACTIVATIONS["relu"](x), tf.nn.relu(x)])
+        ours, theirs = session.run([fast_kernels.relu(x), tf.nn.relu(x)])
         relus = sum(op.type == "Relu" for op in tf.compat.v1.get_default_graph().get_operations())
     assert relus == (2 if device == "gpu" or dtype == "float32" else 1)
     assert ours.dtype == theirs.dtype

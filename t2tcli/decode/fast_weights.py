@@ -26,7 +26,7 @@ def _gelu(x: tf.Tensor) -> tf.Tensor:
 
 
 ACTIVATIONS: dict[str, Callable[[tf.Tensor], tf.Tensor]] = {
-    "relu": fast_kernels.relu,
+    "relu": tf.nn.relu,
     "gelu": _gelu,
     "swish": lambda x: x * tf.sigmoid(x),
     "sigmoid": tf.sigmoid,
@@ -86,13 +86,17 @@ class Weights:
         arch = weight_names.Architecture.from_hparams(hp, config.vocab_size)
         shapes = weight_names.mesh_shapes(arch)
         self.dims = Dims(hp.d_model, hp.num_heads, hp.d_kv, tf.as_dtype(config.activation_dtype))
-        self.activation = ACTIVATIONS[hp.ffn_activation.removeprefix("gated-")]
+        # Held weights are the engine's own session's: its graph may use what a portable one
+        # (an exported SavedModel's) should not, such as fast_kernels.relu's int16 maximum.
+        self.held = held
+        activation = hp.ffn_activation.removeprefix("gated-")
+        self.activation = fast_kernels.relu if held and activation == "relu" else ACTIVATIONS[activation]
         self.gated = arch.gated
-        # An ungated ReLU FFN takes its activation inside its input product (`dense`).
-        self.relu_ffn = hp.ffn_activation == "relu"
         self.transposed = config.kernels.transposed_kernels
         # Only held kernels stay the same for a whole session, as packing them once asks.
         self.packed = held and config.kernels.packed_kernels
+        # An ungated ReLU FFN on packed kernels takes its activation inside its input product.
+        self.relu_ffn = self.packed and hp.ffn_activation == "relu"
         ffn_padding = config.kernels.ffn_padding
         cast = self.cast
 

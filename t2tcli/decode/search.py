@@ -151,8 +151,9 @@ def sample(
     stepper = Stepper(w, encode(w, inputs), length)
 
     # Greedy search without scores reads only each row's best token, which best_tokens
-    # finds in the activation dtype as exactly as in float32.
-    float32 = temperature > 0 or scores
+    # finds in the activation dtype as exactly as in float32 (in the engine's own session;
+    # an exported graph keeps float32 logits and plain ops).
+    float32 = temperature > 0 or scores or not w.held
 
     def body(step, row_steps, answers, state, enc, caches):  # noqa: ANN001, ANN202
         logits, caches = stepper(step, state.prev, caches, enc, float32=float32)
