@@ -182,7 +182,7 @@ def _cross_attention(w: Weights, layer: dict[str, Any], i: int, x: tf.Tensor, en
 def projected(w: Weights, x: tf.Tensor) -> tf.Tensor:
     """The output projection's input from the decoder's last layer, in the activation
     dtype; the final norm returns x's dtype."""
-    x = rms_norm(x, tf.cast(w.decoder_final_norm, x.dtype))
+    x = rms_norm(x, w.decoder_final_norm)
     if w.logits_scale != 1.0:
         x = x * w.logits_scale
     return w.cast(x)

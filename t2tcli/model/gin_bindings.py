@@ -149,11 +149,12 @@ def bindings(config: ModelConfig) -> list[str]:
         f"DenseReluDense.dropout_rate = {_literal(hp, 'dropout_rate', float)}",
         f"DenseReluDense.activation = {_quoted(activation)}",
     ]
-    norms = "t2tcli.fused_" if fuses_norm(config) else "transformer.sublayer_"
+    fused = fuses_norm(config)
+    norms = "t2tcli.fused_" if fused else "transformer.sublayer_"
     # Fused, the norm zeroes padding as it writes, in place of the layer call's own pass.
     norm_and_layer = (
         f"@t2tcli.fused_{norm}_and_layer"
-        if fuses_norm(config)
+        if fused
         else f"@transformer.sublayer_{norm}, @transformer.sublayer_call_layer"
     )
     out.append(

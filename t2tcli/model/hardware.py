@@ -110,16 +110,19 @@ def native_bfloat16(machine: Machine) -> tuple[bool, str]:
 def onednn_avx512(machine: Machine) -> bool:
     """Whether oneDNN runs its AVX-512 kernels here: a CPU with AVX-512, oneDNN on, and no
     ONEDNN_MAX_CPU_ISA holding it below AVX-512."""
-    if not machine.onednn_cpu() or "avx512f" not in machine.cpu_flags:
-        return False
-    isa = machine.onednn_max_isa
-    return not isa or isa == "DEFAULT" or isa.startswith(_AVX512_ISAS)
+    return _onednn_reaches(machine, "avx512f", _AVX512_ISAS)
 
 
 def onednn_amx(machine: Machine) -> bool:
     """Whether oneDNN multiplies bfloat16 on AMX tiles here: a CPU with AMX, oneDNN on, and
     no ONEDNN_MAX_CPU_ISA holding it below AMX."""
-    if not machine.onednn_cpu() or "amx_bf16" not in machine.cpu_flags:
+    return _onednn_reaches(machine, "amx_bf16", _AMX_ISAS)
+
+
+def _onednn_reaches(machine: Machine, cpu_flag: str, isas: tuple[str, ...]) -> bool:
+    """Whether oneDNN is on, the CPU has `cpu_flag`, and ONEDNN_MAX_CPU_ISA (if set) is one
+    of `isas` (prefixes) or DEFAULT."""
+    if not machine.onednn_cpu() or cpu_flag not in machine.cpu_flags:
         return False
     isa = machine.onednn_max_isa
-    return not isa or isa == "DEFAULT" or isa.startswith(_AMX_ISAS)
+    return not isa or isa == "DEFAULT" or isa.startswith(isas)
