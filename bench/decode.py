@@ -258,8 +258,10 @@ def run_ct2(
     import ctranslate2
 
     from t2tcli.data.vocabulary.vocab import EOS_ID, PAD_ID
+    from t2tcli.decode import ct2
 
     cores = usable_cores()
+    ct2.use_fastest_isa()  # the instruction set t2t-decode's CTranslate2 engine runs on here
     translator = ctranslate2.Translator(
         str(ct2_dir),
         device="cpu",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import sys
 from pathlib import Path
@@ -260,6 +261,20 @@ def test_auto_keeps_the_tf_engine_where_bfloat16_is_native(toy, monkeypatch, fla
     asked = dataclasses.replace(model, config=model_config.build(hp, model.vocab.vocab_size))
     chosen, why = settings.choose(asked, {"engine": "auto", "beam_size": 1})
     assert chosen == "fast" and ("natively" in why) == (engine == "fast"), why
+
+
+@pytest.mark.parametrize(
+    "flags, isa", [(test_numerics.AMX, "AVX512"), (test_numerics.AVX512_BF16, None), (test_numerics.AVX2, None)]
+)
+def test_ctranslate2_runs_avx512_kernels_on_amx_unless_the_user_says_otherwise(toy, monkeypatch, flags, isa):
+    model, _ = toy
+    monkeypatch.setattr(hardware, "cpu_flags", lambda cpuinfo="": flags)
+    monkeypatch.delenv(ct2.ISA_VARIABLE, raising=False)
+    assert _predict(model, "ctranslate2", [batching.Row(0, [5, EOS_ID])], length=4)[0]
+    assert os.environ.get(ct2.ISA_VARIABLE) == isa
+    monkeypatch.setenv(ct2.ISA_VARIABLE, "AVX2")
+    ct2.use_fastest_isa()
+    assert os.environ[ct2.ISA_VARIABLE] == "AVX2"
 
 
 def test_without_ctranslate2_the_engine_names_the_install(toy, monkeypatch):
