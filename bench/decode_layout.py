@@ -4,12 +4,14 @@
     python bench/decode_layout.py --beams=4 --rounds=3 --lines=64
     python bench/decode_layout.py --variants=attention --beams=4   # a beam step's attention
     python bench/decode_layout.py --variants=packing --beams=1     # kernels laid out once by oneDNN
+    python bench/decode_layout.py --variants=log-sum-exp --beams=4 # beam search's log-sum-exp
 
 t2tcli.model.kernel_layout picks, per CPU, whether the fast engine keeps the layers'
 kernels as the checkpoint holds them ([in, out]) or transposed ([out, in]), whether an
 FFN width of 2,048 gets 16 zero units, whether a beam step's attention runs on oneDNN
-or Eigen, and whether oneDNN lays the kernels out once a session; each choice was
-measured, and this is the measurement. Each variant decodes the same random lines
+or Eigen, whether oneDNN lays the kernels out once a session, and how beam search takes
+a step's log-sum-exp; each choice was measured, and this is the measurement. Each
+variant decodes the same random lines
 with `t2t-decode --decode_hparams=engine=fast` in a process of its own, the variants in
 turns, --rounds times; the median of each is printed with its runs, the process's oneDNN
 setting and the CPU kind, and the outputs of all variants are compared (they must be
@@ -49,6 +51,10 @@ VARIANTS = {
     "packing": {
         "kernels laid out at each call": {"packed_kernels": False},
         "kernels laid out once": {"packed_kernels": True},
+    },
+    "log-sum-exp": {
+        "log-sum-exp by exp and sum": {"log_sum_exp_by_softmax": False},
+        "log-sum-exp by softmax": {"log_sum_exp_by_softmax": True},
     },
 }
 
@@ -101,7 +107,8 @@ def main() -> None:
         f"this CPU's policy: transposed_kernels {kernel_layout.transposed_kernels(machine)}, "
         f"ffn_padding {kernel_layout.ffn_padding(machine, 2048)} (at d_ff 2048), "
         f"beam_attention_on_onednn {kernel_layout.beam_attention_on_onednn(machine)}, "
-        f"packed_kernels {kernel_layout.packed_kernels(machine)}"
+        f"packed_kernels {kernel_layout.packed_kernels(machine)}, "
+        f"log_sum_exp_by_softmax {kernel_layout.log_sum_exp_by_softmax(machine)}"
     )
     variants = VARIANTS[args.variants]
     beams = [int(b) for b in args.beams.split(",")]

@@ -62,25 +62,28 @@ def test_teacher_forced_scores_match_mesh_tensorflow(toy):
 
 
 @pytest.mark.parametrize(
-    "transposed, ffn_padding, beam_onednn, packed",
+    "transposed, ffn_padding, beam_onednn, packed, softmax_lse",
     [
-        (False, 0, False, False),
-        (True, 0, False, False),
-        (False, 16, False, False),
-        (False, 0, True, False),
-        (True, 0, False, True),
+        (False, 0, False, False, False),
+        (True, 0, False, False, False),
+        (False, 16, False, False, False),
+        (False, 0, True, False, False),
+        (True, 0, False, True, True),
     ],
     ids=["kernels_in_out", "kernels_out_in", "ffn_padded", "beam_attention_onednn", "kernels_packed"],
 )
 @pytest.mark.parametrize("decode", [{"beam_size": 1}, {"beam_size": 4, "alpha": 0.0}])
-def test_decodes_match_mesh_tensorflow(toy, decode, transposed, ffn_padding, beam_onednn, packed, monkeypatch):
+def test_decodes_match_mesh_tensorflow(
+    toy, decode, transposed, ffn_padding, beam_onednn, packed, softmax_lse, monkeypatch
+):
     """Every layout of the fast engine's kernels and every kernel choice
-    (kernel_layout.transposed_kernels, ffn_padding, packed_kernels and
-    beam_attention_on_onednn pick one per CPU) decodes as mesh-tensorflow does."""
+    (kernel_layout.transposed_kernels, ffn_padding, packed_kernels, log_sum_exp_by_softmax
+    and beam_attention_on_onednn pick one per CPU) decodes as mesh-tensorflow does."""
     monkeypatch.setattr(kernel_layout, "transposed_kernels", lambda machine: transposed)
     monkeypatch.setattr(kernel_layout, "ffn_padding", lambda machine, d_ff: ffn_padding)
     monkeypatch.setattr(kernel_layout, "packed_kernels", lambda machine: packed)
     monkeypatch.setattr(fast_kernels, "beam_attention_on_onednn", lambda: beam_onednn)
+    monkeypatch.setattr(fast_kernels, "log_sum_exp_by_softmax", lambda: softmax_lse)
     fast_ids, fast_scores = _predict(toy, "fast", **decode)
     mesh_ids, mesh_scores = _predict(toy, "mesh", **decode)
     np.testing.assert_array_equal(fast_ids, mesh_ids)
@@ -455,14 +458,19 @@ def test_padding_length_does_not_change_decodes_or_scores(toy):
         np.testing.assert_allclose(short_scores, long_scores, rtol=1e-5, atol=1e-5)
 
 
-def test_top_log_probs_by_blocks_are_the_log_softmax_top_k():
+@pytest.mark.parametrize("softmax_lse", [False, True], ids=["lse_by_exp_and_sum", "lse_by_softmax"])
+def test_top_log_probs_by_blocks_are_the_log_softmax_top_k(softmax_lse, monkeypatch):
     """Beam search reduces each step's logits block by block (fast_top_k.logits_blocks):
-    the k best tokens and their log-probabilities are those of the whole row."""
+    the k best tokens and their log-probabilities are those of the whole row, with either
+    way of taking a block's log-sum-exp (kernel_layout.log_sum_exp_by_softmax)."""
     import types
 
+    monkeypatch.setattr(fast_kernels, "log_sum_exp_by_softmax", lambda: softmax_lse)
     rng = np.random.default_rng(0)
     rows, d_model, vocab, k = 256, 16, 4000, 8
-    x = rng.normal(size=[rows, d_model]).astype(np.float32)
+    # Rows from flat (every token nearly as likely) to peaked (all but a few underflow).
+    scale = np.geomspace(1e-3, 30.0, rows)[:, None]
+    x = (rng.normal(size=[rows, d_model]) * scale).astype(np.float32)
     kernel = rng.normal(size=[d_model, vocab]).astype(np.float32)
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         w = types.SimpleNamespace(

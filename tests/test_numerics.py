@@ -139,6 +139,8 @@ def test_beam_attention_runs_on_onednn_only_where_onednn_runs_avx512(machine, on
 )
 def test_decode_kernels_are_laid_out_once_only_where_onednn_multiplies_on_amx(machine, packed):
     assert kernel_layout.packed_kernels(machine) is packed
+    # Beam search's log-sum-exp by oneDNN's softmax, measured on the same kind.
+    assert kernel_layout.log_sum_exp_by_softmax(machine) is packed
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,12 @@ def beam_attention_on_onednn() -> bool:
     return kernel_layout.beam_attention_on_onednn(machine())
 
 
+def log_sum_exp_by_softmax() -> bool:
+    """Whether this process takes beam search's log-sum-exp from a softmax
+    (t2tcli.model.kernel_layout.log_sum_exp_by_softmax)."""
+    return kernel_layout.log_sum_exp_by_softmax(machine())
+
+
 def bfloat16_in_float32() -> bool:
     """Whether this process multiplies bfloat16 in float32 (t2tcli.model.kernel_layout.emulated_einsum)."""
     return kernel_layout.emulated_einsum(machine())

@@ -123,6 +123,18 @@ def _best_of_16_bit_floats(logits: tf.Tensor, by_chunk: tf.Tensor) -> tf.Tensor:
     )
 
 
+def _log_sum_exp(logits: tf.Tensor, peak: tf.Tensor, at_peak: tf.Tensor) -> tf.Tensor:
+    """[rows, 1] log-sum-exp of float32 logits [rows, n] whose row maxima `peak` lie at `at_peak`.
+
+    Either the maximum less the log of its probability (at least 1 / n, so it does not
+    underflow) from one softmax kernel, or the shifted exps summed
+    (t2tcli.model.kernel_layout.log_sum_exp_by_softmax says which is faster here).
+    """
+    if fast_kernels.log_sum_exp_by_softmax():
+        return peak - tf.math.log(tf.gather(tf.nn.softmax(logits), at_peak, batch_dims=1))
+    return tf.math.log(tf.reduce_sum(tf.exp(logits - peak), axis=-1, keepdims=True)) + peak
+
+
 def top_log_probs(w: Weights, x: tf.Tensor, k: int, blocks: list[tuple[int, tf.Tensor]]) -> tuple[tf.Tensor, tf.Tensor]:
     """(float32 [rows, k] log-probabilities, int32 [rows, k] token ids) of each row's k most
     probable next tokens, best first, ties to the lower id; no [rows, vocab] tensor is kept."""
@@ -133,8 +145,7 @@ def top_log_probs(w: Weights, x: tf.Tensor, k: int, blocks: list[tuple[int, tf.T
         top, at, peak = top_k_by_chunks(logits, k)
         values.append(top)
         ids.append(at + start)
-        # The block's log-sum-exp, shifted by the maximum the top-k found.
-        sums.append(tf.math.log(tf.reduce_sum(tf.exp(logits - peak), axis=-1, keepdims=True)) + peak)
+        sums.append(_log_sum_exp(logits, peak, at[:, :1]))
     if len(blocks) == 1:
         return values[0] - sums[0], ids[0]
     top, at = tf.math.top_k(tf.concat(values, axis=1), k=k)

@@ -1,7 +1,7 @@
 """How the CPU's kernels are fed on this machine: whether bfloat16 products are computed
 in float32, which library runs beam attention, whether the fast decode engine keeps its
-kernels transposed, whether it pads the FFN's inner width, and whether it has oneDNN lay
-its kernels out once a session.
+kernels transposed, whether it pads the FFN's inner width, whether it has oneDNN lay
+its kernels out once a session, and how beam search sums a step's probabilities.
 
 Each choice follows one machine's facts (t2tcli.model.hardware), never the model's
 numbers: every variant computes the same values, only at a different speed. The
@@ -81,6 +81,18 @@ def packed_kernels(machine: hardware.Machine) -> bool:
     tokens nearly tie. Where oneDNN runs AVX2-class kernels, whole greedy decodes ran
     slower (its float32 inner product is slower there than its GEMM), so they keep MatMul;
     so does AVX512-BF16 without AMX until that benchmark has measured it.
+    """
+    return hardware.onednn_amx(machine)
+
+
+def log_sum_exp_by_softmax(machine: hardware.Machine) -> bool:
+    """Whether beam search takes a block of logits' log-sum-exp from one softmax kernel
+    (its maximum less the log of the maximum's probability) rather than from a
+    subtraction, an exp and a sum, three float32 passes over the block.
+
+    Where oneDNN multiplies on AMX tiles, its softmax made whole beam-4 decodes faster in
+    turns, with the same outputs (`bench/decode_layout.py --variants=log-sum-exp`); other
+    kinds keep the element-wise ops until measured there.
     """
     return hardware.onednn_amx(machine)
 
