@@ -56,9 +56,9 @@ def fastest_isa(machine: hardware.Machine) -> str | None:
     """The instruction set CTranslate2's own kernels (softmax, norms, quantizing rows) should
     run on here, where its own choice is slower; None keeps its choice.
 
-    CTranslate2 picks AVX2 on every AVX-512 CPU (older ones lower their clock under
-    AVX-512). On AMX CPUs its AVX-512 kernels decoded faster in turns with AVX2 ones;
-    other kinds keep its choice until measured.
+    CTranslate2 never picks AVX-512 by itself (it is not faster on every CPU), so it runs
+    AVX2 kernels on AVX-512 CPUs. On AMX CPUs its AVX-512 kernels decoded faster, in
+    turns with the AVX2 ones; other kinds keep its choice until measured there.
     """
     return "AVX512" if machine.cpu_kind() == "AMX" else None
 
