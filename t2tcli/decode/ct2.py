@@ -63,10 +63,9 @@ def fastest_isa(machine: hardware.Machine) -> str | None:
     return "AVX512" if machine.cpu_kind() == "AMX" else None
 
 
-def use_fastest_isa(machine: hardware.Machine | None = None) -> None:
-    """Set `ISA_VARIABLE` to `fastest_isa` unless the user set it; call before a model loads."""
-    machine = machine or hardware.Machine("cpu", hardware.cpu_flags())
-    isa = fastest_isa(machine)
+def use_fastest_isa() -> None:
+    """Set `ISA_VARIABLE` to this CPU's `fastest_isa` unless the user set it; call before a model loads."""
+    isa = fastest_isa(hardware.Machine("cpu", hardware.cpu_flags()))
     if isa and ISA_VARIABLE not in os.environ:
         os.environ[ISA_VARIABLE] = isa
 
