@@ -264,9 +264,15 @@ def test_auto_keeps_the_tf_engine_where_bfloat16_is_native(toy, monkeypatch, fla
 
 
 @pytest.mark.parametrize(
-    "flags, isa", [(test_numerics.AMX, "AVX512"), (test_numerics.AVX512_BF16, None), (test_numerics.AVX2, None)]
+    "flags, isa",
+    [
+        (test_numerics.AMX, "AVX512"),
+        (test_numerics.AVX512_BF16, "AVX512"),
+        (test_numerics.AVX512, None),
+        (test_numerics.AVX2, None),
+    ],
 )
-def test_ctranslate2_runs_avx512_kernels_on_amx_unless_the_user_says_otherwise(toy, monkeypatch, flags, isa):
+def test_ctranslate2_runs_avx512_kernels_on_bfloat16_cpus_unless_the_user_says_otherwise(toy, monkeypatch, flags, isa):
     model, _ = toy
     monkeypatch.setattr(hardware, "cpu_flags", lambda cpuinfo="": flags)
     monkeypatch.delenv(ct2.ISA_VARIABLE, raising=False)
