@@ -107,7 +107,8 @@ def main() -> None:
         f"this CPU's policy: transposed_kernels {kernel_layout.transposed_kernels(machine)}, "
         f"ffn_padding {kernel_layout.ffn_padding(machine, 2048)} (at d_ff 2048), "
         f"beam_attention_on_onednn {kernel_layout.beam_attention_on_onednn(machine)}, "
-        f"packed_kernels {kernel_layout.packed_kernels(machine)}, "
+        f"packed_kernels {kernel_layout.packed_kernels(machine, beam_search=False)} (greedy), "
+        f"{kernel_layout.packed_kernels(machine, beam_search=True)} (beam search), "
         f"log_sum_exp_by_softmax {kernel_layout.log_sum_exp_by_softmax(machine)}"
     )
     variants = VARIANTS[args.variants]

@@ -75,7 +75,7 @@ def build(args: argparse.Namespace) -> tuple[Any, Any, dict, Any]:
     graph = tf1.Graph()
     with graph.as_default():
         tf1.set_random_seed(args.seed)
-        weights = fast.Weights(config, held=True)  # as t2t-decode's engine prepares them
+        weights = fast.Weights(config, held=True, beam_search=args.beam_size > 1)  # as t2t-decode's engine does
         inputs = tf1.placeholder(tf.int32, [None, args.inputs_length], name="inputs")
         decoded = search.decode(weights, inputs, decode.replace(batch_size=args.batch_size), args.max_decode_length)
         # Weights of about the scale a trained model's have; their values change no timing.

@@ -81,7 +81,7 @@ def test_decodes_match_mesh_tensorflow(
     and beam_attention_on_onednn pick one per CPU) decodes as mesh-tensorflow does."""
     monkeypatch.setattr(kernel_layout, "transposed_kernels", lambda machine: transposed)
     monkeypatch.setattr(kernel_layout, "ffn_padding", lambda machine, d_ff: ffn_padding)
-    monkeypatch.setattr(kernel_layout, "packed_kernels", lambda machine: packed)
+    monkeypatch.setattr(kernel_layout, "packed_kernels", lambda machine, beam_search: packed)
     monkeypatch.setattr(fast_kernels, "beam_attention_on_onednn", lambda: beam_onednn)
     monkeypatch.setattr(fast_kernels, "log_sum_exp_by_softmax", lambda: softmax_lse)
     fast_ids, fast_scores = _predict(toy, "fast", **decode)
@@ -181,16 +181,18 @@ def test_packed_products_equal_matmuls_and_keep_the_kernel_they_first_saw():
                 assert np.abs(new - old).max() > 1.0, "MatMul reads the changed kernel"
 
 
-def test_only_held_weights_are_packed(toy, monkeypatch):
-    """A session's held weights may be laid out once; weights read per batch (an exported
-    SavedModel's, whose variables may be restored again) never are."""
+def test_only_held_weights_are_packed_as_their_search_asks(toy, monkeypatch):
+    """A session's held weights may be laid out once, for greedy or beam search as the
+    machine's policy says for each; weights read per batch (an exported SavedModel's,
+    whose variables may be restored again) never are."""
     _, hp, vocab_size, _ = toy
-    monkeypatch.setattr(kernel_layout, "packed_kernels", lambda machine: True)
+    monkeypatch.setattr(kernel_layout, "packed_kernels", lambda machine, beam_search: not beam_search)
     with tf.Graph().as_default():
         config = model_config.build(hp, vocab_size)
-        assert config.kernels.packed_kernels
+        assert config.kernels.packed_kernels and not config.kernels.packed_kernels_in_beam_search
         assert fast_weights.Weights(config, held=True).packed
         with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True):
+            assert not fast_weights.Weights(config, held=True, beam_search=True).packed
             assert not fast_weights.Weights(config).packed
 
 
@@ -203,7 +205,7 @@ def test_only_the_engines_own_graph_uses_onednn_internal_ops_and_16_bit_integer_
     _, hp, vocab_size, _ = toy
     hp = hp.copy()
     hp.activation_dtype, hp.ffn_activation = "bfloat16", "relu"
-    monkeypatch.setattr(kernel_layout, "packed_kernels", lambda machine: True)
+    monkeypatch.setattr(kernel_layout, "packed_kernels", lambda machine, beam_search: True)
     decode = DecodeSettings.of({"beam_size": 1, "compute_scores": False}, hp)
     for held in (True, False):
         with tf.Graph().as_default() as graph:
@@ -215,7 +217,27 @@ def test_only_the_engines_own_graph_uses_onednn_internal_ops_and_16_bit_integer_
         assert not ({"_MklNativeFusedMatMul", "Bitcast"} & ops) or held
 
 
-def test_held_weights_are_prepared_once_a_session_and_decode_as_read_ones(toy):
+def test_the_engines_predict_graph_lays_kernels_out_once_for_the_search_the_policy_names(toy, monkeypatch):
+    """t2t-decode's graph asks kernel_layout.packed_kernels for its own search: with a
+    policy of greedy only, a greedy decode multiplies on oneDNN's laid-out kernels and a
+    beam search on MatMul."""
+    if not fast_kernels.machine().onednn_cpu():
+        pytest.skip("the engine lays kernels out on CPUs with oneDNN on only")
+    _, hp, vocab_size, _ = toy
+    hp = hp.copy()
+    hp.activation_dtype = "bfloat16"
+    monkeypatch.setattr(kernel_layout, "packed_kernels", lambda machine, beam_search: not beam_search)
+    for beam_size, packed in ((1, True), (4, False)):
+        decode = DecodeSettings.of({"beam_size": beam_size, "compute_scores": False}, hp)
+        with tf.Graph().as_default() as graph:
+            inputs = tf.compat.v1.placeholder(tf.int32, [None, 8])
+            tf_predict._fast_predict_spec(model_config.build(hp, vocab_size), {"inputs": inputs}, decode)
+            functions = graph.as_graph_def().library.function
+            ops = {op.type for op in graph.get_operations()} | {n.op for f in functions for n in f.node_def}
+        assert ("_MklNativeFusedMatMul" in ops) is packed, f"beam {beam_size}"
+
+
+def test_held_weights_are_prepared_once_a_session_and_decode_as_read_ones(toy, monkeypatch):
     """Held, the kernels in their prepared dtype and layout are computed by the local init
     op (after the restore), not again for each batch: the decode is the one of weights
     prepared per batch, and a checkpoint variable changed after the init op leaves it so
@@ -223,6 +245,8 @@ def test_held_weights_are_prepared_once_a_session_and_decode_as_read_ones(toy):
     model_dir, hp, vocab_size, ids = toy
     hp = hp.copy()
     hp.activation_dtype = "bfloat16"  # every kernel is cast, so every one is held
+    # Both on MatMul, so both round their sums alike (kernels laid out once round otherwise).
+    monkeypatch.setattr(kernel_layout, "packed_kernels", lambda machine, beam_search: False)
     tf1 = tf.compat.v1
     settings = DecodeSettings.of({"beam_size": 1}, hp)
     with tf.Graph().as_default():

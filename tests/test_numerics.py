@@ -124,23 +124,29 @@ def test_beam_attention_runs_on_onednn_only_where_onednn_runs_avx512(machine, on
 
 
 @pytest.mark.parametrize(
-    "machine, packed",
+    "machine, greedy, beam",
     [
-        (cpu(AMX), True),
-        (cpu(AMX, onednn_max_isa="AVX512_CORE_AMX"), True),
-        (cpu(AMX, onednn_max_isa="DEFAULT"), True),
-        (cpu(AMX, onednn_max_isa="AVX512_CORE_BF16"), False),
-        (cpu(AMX, onednn_max_isa="AVX2"), False),
-        (cpu(AMX, onednn_enabled=False), False),
-        (cpu(AVX512_BF16), False),
-        (cpu(AVX2), False),
-        (hardware.Machine("gpu", AMX, gpu_capability=(8, 0)), False),
+        (cpu(AMX), True, True),
+        (cpu(AMX, onednn_max_isa="AVX512_CORE_AMX"), True, True),
+        (cpu(AMX, onednn_max_isa="DEFAULT"), True, True),
+        (cpu(AMX, onednn_max_isa="AVX512_CORE_BF16"), True, False),
+        (cpu(AMX, onednn_max_isa="AVX2"), False, False),
+        (cpu(AMX, onednn_enabled=False), False, False),
+        (cpu(AVX512_BF16), True, False),
+        (cpu(AVX512_BF16, onednn_max_isa="AVX512_CORE"), False, False),
+        (cpu(AVX512), False, False),
+        (cpu(AVX2), False, False),
+        (hardware.Machine("gpu", AMX, gpu_capability=(8, 0)), False, False),
     ],
 )
-def test_decode_kernels_are_laid_out_once_only_where_onednn_multiplies_on_amx(machine, packed):
-    assert kernel_layout.packed_kernels(machine) is packed
-    # Beam search's log-sum-exp by oneDNN's softmax, measured on the same kind.
-    assert kernel_layout.log_sum_exp_by_softmax(machine) is packed
+def test_decode_kernels_are_laid_out_once_where_onednn_multiplies_bfloat16_natively(machine, greedy, beam):
+    """On AMX tiles for every search; on AVX512-BF16 without them for greedy search only."""
+    assert kernel_layout.packed_kernels(machine, beam_search=False) is greedy
+    assert kernel_layout.packed_kernels(machine, beam_search=True) is beam
+    layout = kernel_layout.for_machine(machine, 2048)
+    assert (layout.packed_kernels, layout.packed_kernels_in_beam_search) == (greedy, beam)
+    # Beam search's log-sum-exp by oneDNN's softmax, measured on AMX only.
+    assert kernel_layout.log_sum_exp_by_softmax(machine) is hardware.onednn_amx(machine)
 
 
 @pytest.mark.parametrize(

@@ -78,10 +78,11 @@ class Weights:
     (`kernel_layout.transposed_kernels`; transposed outside the decode loop),
     [in, out] as the checkpoint holds them elsewhere; `dense` multiplies by them either way.
     The FFN's inner width may carry zero units (`kernel_layout.ffn_padding`) that change no value.
-    Held kernels may be laid out once a session by oneDNN (`kernel_layout.packed_kernels`).
+    Held kernels may be laid out once a session by oneDNN (`kernel_layout.packed_kernels`,
+    which may choose otherwise for `beam_search`, the decode these weights serve).
     """
 
-    def __init__(self, config: ModelConfig, held: bool = False) -> None:
+    def __init__(self, config: ModelConfig, held: bool = False, beam_search: bool = False) -> None:
         hp = config.hparams
         arch = weight_names.Architecture.from_hparams(hp, config.vocab_size)
         shapes = weight_names.mesh_shapes(arch)
@@ -94,7 +95,8 @@ class Weights:
         self.gated = arch.gated
         self.transposed = config.kernels.transposed_kernels
         # Only held kernels stay the same for a whole session, as packing them once asks.
-        self.packed = held and config.kernels.packed_kernels
+        packed = config.kernels.packed_kernels_in_beam_search if beam_search else config.kernels.packed_kernels
+        self.packed = held and packed
         # An ungated ReLU FFN on packed kernels takes its activation inside its input product.
         self.relu_ffn = self.packed and hp.ffn_activation == "relu"
         ffn_padding = config.kernels.ffn_padding

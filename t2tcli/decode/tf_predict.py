@@ -42,7 +42,7 @@ def _fast_predict_spec(config: ModelConfig, features: dict[str, tf.Tensor], deco
     """PREDICT through t2tcli.decode.fast: the same contract, the same checkpoint variables."""
     hp = config.hparams
     # Prepared once a session: the local init op runs after the checkpoint is restored.
-    weights = fast.Weights(config, held=True)
+    weights = fast.Weights(config, held=True, beam_search=decode.beam_size > 1)
     inputs = tf.cast(features["inputs"], tf.int32)
     if "targets" in features:
         outputs = tf.cast(features["targets"], tf.int32)

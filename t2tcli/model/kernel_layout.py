@@ -68,21 +68,26 @@ def ffn_padding(machine: hardware.Machine, d_ff: int) -> int:
     return FFN_PADDING if d_ff % 2048 == 0 else 0
 
 
-def packed_kernels(machine: hardware.Machine) -> bool:
+def packed_kernels(machine: hardware.Machine, beam_search: bool) -> bool:
     """Whether the fast engine multiplies by its held kernels on oneDNN's inner product told
     they are constant, which lays each kernel out for its inner loops once a session,
-    rather than on TensorFlow's MatMul, which lays it out again at every call.
+    rather than on TensorFlow's MatMul, which lays it out again at every call; for beam
+    search (`beam_search`, each step multiplying an input's beams) or for greedy decoding
+    and sampling (one row an input).
 
     That pass over the kernel weighs most where a product's few rows take least time: on
     bfloat16-native CPUs, whose GEMMs also interleave a kernel's bfloat16 rows in pairs.
     Where oneDNN multiplies on AMX tiles, greedy and beam-4 decodes ran faster laid out
-    once (`bench/decode_layout.py --variants=packing`, in BENCHMARKS.md); the sums are
-    rounded in another order, so a bfloat16 decode may differ from MatMul's where two
-    tokens nearly tie. Where oneDNN runs AVX2-class kernels, whole greedy decodes ran
-    slower (its float32 inner product is slower there than its GEMM), so they keep MatMul;
-    so does AVX512-BF16 without AMX until that benchmark has measured it.
+    once (`bench/decode_layout.py --variants=packing`, in BENCHMARKS.md). On AVX512-BF16
+    without AMX, greedy decodes ran faster so, but beam-4 decodes, whose steps multiply
+    four times the rows, ran slower: beam search keeps MatMul there. The sums are rounded
+    in another order, so a bfloat16 decode may differ from MatMul's where two tokens
+    nearly tie. Where oneDNN runs AVX2-class kernels, whole greedy decodes ran slower (its
+    float32 inner product is slower there than its GEMM), so they keep MatMul.
     """
-    return hardware.onednn_amx(machine)
+    if hardware.onednn_amx(machine):
+        return True
+    return not beam_search and machine.device == "cpu" and hardware.native_bfloat16(machine)[0]
 
 
 def log_sum_exp_by_softmax(machine: hardware.Machine) -> bool:
@@ -104,11 +109,16 @@ class KernelLayout:
     float32_einsums: bool = False  # bfloat16 products computed in float32 (emulated_einsum)
     transposed_kernels: bool = False  # the fast engine keeps kernels [out, in]
     ffn_padding: int = 0  # zero units the fast engine adds to the FFN's inner width
-    packed_kernels: bool = False  # the fast engine's held kernels laid out once a session (packed_kernels)
+    packed_kernels: bool = False  # greedy: the fast engine's held kernels laid out once a session (packed_kernels)
+    packed_kernels_in_beam_search: bool = False  # the same for beam search
 
 
 def for_machine(machine: hardware.Machine, d_ff: int) -> KernelLayout:
     """Every kernel choice for a model of FFN width `d_ff` on `machine`."""
     return KernelLayout(
-        emulated_einsum(machine), transposed_kernels(machine), ffn_padding(machine, d_ff), packed_kernels(machine)
+        emulated_einsum(machine),
+        transposed_kernels(machine),
+        ffn_padding(machine, d_ff),
+        packed_kernels(machine, beam_search=False),
+        packed_kernels(machine, beam_search=True),
     )
