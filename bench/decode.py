@@ -102,10 +102,15 @@ def binary(name: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def cpu_kind() -> str:
+    """The CPU kind and the ISA_CAPS set; not CTranslate2's instruction set where it is the
+    one t2t-decode sets here itself (run_ct2 sets it in this process too)."""
+    from t2tcli.decode import ct2
     from t2tcli.model import hardware
 
-    caps = [f"{name}={os.environ[name]}" for name in ISA_CAPS if os.environ.get(name)]
-    return hardware.detect().cpu_kind() + (f" held back by {', '.join(caps)}" if caps else "")
+    machine = hardware.detect()
+    own = {ct2.ISA_VARIABLE: ct2.fastest_isa(machine)}
+    caps = [f"{name}={value}" for name in ISA_CAPS if (value := os.environ.get(name)) and value != own.get(name)]
+    return machine.cpu_kind() + (f" held back by {', '.join(caps)}" if caps else "")
 
 
 def build_models(work: Path, hparams_set: str) -> tuple[Path, Path]:

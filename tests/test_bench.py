@@ -845,3 +845,26 @@ def test_each_session_runs_its_rounds_in_turn_order_and_keeps_its_best_median(mo
     best = turns.best_session_medians(runs, rounds=2, turns=2)
     assert calls == ["a", "a", "b", "b", "b", "b", "a", "a"]
     assert best == {"a": 2.0, "b": 1.0}
+
+
+@pytest.mark.parametrize(
+    "variable, value, label",
+    [
+        (None, None, "AVX512-BF16"),
+        ("CT2_FORCE_CPU_ISA", "AVX512", "AVX512-BF16"),  # the instruction set t2t-decode sets here itself
+        ("CT2_FORCE_CPU_ISA", "AVX2", "AVX512-BF16 held back by CT2_FORCE_CPU_ISA=AVX2"),
+        ("ONEDNN_MAX_CPU_ISA", "AVX2", "AVX512-BF16 held back by ONEDNN_MAX_CPU_ISA=AVX2"),
+    ],
+)
+def test_decode_bench_names_what_holds_a_cpu_back_and_not_its_own_isa_choice(monkeypatch, variable, value, label):
+    import decode
+    import test_numerics
+
+    from t2tcli.model import hardware
+
+    monkeypatch.setattr(hardware, "cpu_flags", lambda cpuinfo="": test_numerics.AVX512_BF16)
+    for name in decode.ISA_CAPS:
+        monkeypatch.delenv(name, raising=False)
+    if variable:
+        monkeypatch.setenv(variable, value)
+    assert decode.cpu_kind() == label
