@@ -113,8 +113,9 @@ def cpu_kind() -> str:
     return machine.cpu_kind() + (f" held back by {', '.join(caps)}" if caps else "")
 
 
-def build_models(work: Path, hparams_set: str) -> tuple[Path, Path]:
-    """(HF directory, t2tcli model_dir) of one random T5 with the set's shape."""
+def build_models(work: Path, hparams_set: str, hparams: str = "") -> tuple[Path, Path]:
+    """(HF directory, t2tcli model_dir) of one random T5 with the set's shape; `hparams`
+    (t2t-train's --hparams) is kept in the model_dir, so its decodes follow it."""
     import random_hf_t5
 
     from t2tcli import registry
@@ -133,7 +134,8 @@ def build_models(work: Path, hparams_set: str) -> tuple[Path, Path]:
         d_kv=hp.d_kv,
         vocab_size=T5_VOCAB,
     )
-    binary("t2t-train", f"--init_checkpoint={hf_dir}", f"--model_dir={model_dir}", "--train_steps=0")
+    extra = [f"--hparams={hparams}"] if hparams else []
+    binary("t2t-train", f"--init_checkpoint={hf_dir}", f"--model_dir={model_dir}", "--train_steps=0", *extra)
     return hf_dir, model_dir
 
 

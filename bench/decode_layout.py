@@ -5,6 +5,7 @@
     python bench/decode_layout.py --variants=attention --beams=4   # a beam step's attention
     python bench/decode_layout.py --variants=packing --beams=1     # kernels laid out once by oneDNN
     python bench/decode_layout.py --variants=log-sum-exp --beams=4 # beam search's log-sum-exp
+    python bench/decode_layout.py --variants=packing --activation_dtype=float32  # a float32 model's
 
 t2tcli.model.kernel_layout picks, per CPU, whether the fast engine keeps the layers'
 kernels as the checkpoint holds them ([in, out]) or transposed ([out, in]), whether an
@@ -59,13 +60,19 @@ VARIANTS = {
 }
 
 
-def worker(forced: dict, decode_args: list[str]) -> None:
-    """t2t-decode with the choices of `forced` made, whatever this CPU's policy says."""
-    from t2tcli.cli.decode import run
+def force(forced: dict) -> None:
+    """Makes each kernel_layout policy named in `forced` answer its value, whatever it is asked."""
     from t2tcli.model import kernel_layout
 
     for choice, value in forced.items():
-        setattr(kernel_layout, choice, lambda *machine_and_width, value=value: value)
+        setattr(kernel_layout, choice, lambda *machine_and_width, value=value, **search: value)
+
+
+def worker(forced: dict, decode_args: list[str]) -> None:
+    """t2t-decode with the choices of `forced` made, whatever this CPU's policy says."""
+    from t2tcli.cli.decode import run
+
+    force(forced)
     sys.argv = ["t2t-decode", *decode_args]
     run()
 
@@ -93,6 +100,12 @@ def main() -> None:
     parser.add_argument("--beams", default="4,1")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--variants", default="layouts", choices=sorted(VARIANTS))
+    parser.add_argument(
+        "--activation_dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16"),
+        help="the model_dir's activation dtype (auto: what this CPU picks)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
     if args.worker:
@@ -115,7 +128,8 @@ def main() -> None:
     beams = [int(b) for b in args.beams.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        _, model_dir = bench_decode.build_models(work, args.hparams_set)
+        hparams = f"activation_dtype={args.activation_dtype}" if args.activation_dtype != "auto" else ""
+        _, model_dir = bench_decode.build_models(work, args.hparams_set, hparams)
         src = work / "in.txt"
         src.write_text("\n".join(bench_decode.inputs_random(args.lines, 9, 0)) + "\n")
         runs: dict[tuple[int, str], list[float]] = {}
@@ -126,7 +140,10 @@ def main() -> None:
                     out = work / "out.txt"
                     runs.setdefault((beam, name), []).append(decode_seconds(model_dir, src, out, beam, forced))
                     digests.setdefault(beam, set()).add(hashlib.sha256(out.read_bytes()).hexdigest())
-    print(f"{args.hparams_set}, {args.lines} random lines, batch 64, 32 tokens a line: decode seconds")
+    print(
+        f"{args.hparams_set}, activation_dtype={args.activation_dtype}, {args.lines} random lines, "
+        "batch 64, 32 tokens a line: decode seconds"
+    )
     for (beam, name), seconds in runs.items():
         listed = " ".join(f"{s:.2f}" for s in seconds)
         print(f"beam {beam}  {name:24s} median {statistics.median(seconds):6.2f}   runs {listed}")

@@ -2,6 +2,7 @@
 reading behind `bench/train.py --profile` splits a step's time as it says, and the results
 kept per CPU kind render to BENCHMARKS.md."""
 
+import dataclasses
 import importlib
 import importlib.util
 import json
@@ -868,3 +869,26 @@ def test_decode_bench_names_what_holds_a_cpu_back_and_not_its_own_isa_choice(mon
     if variable:
         monkeypatch.setenv(variable, value)
     assert decode.cpu_kind() == label
+
+
+@pytest.mark.parametrize("variants", ["layouts", "attention", "packing", "log-sum-exp"])
+def test_each_decode_layout_variant_forces_its_choices_however_the_engine_asks(monkeypatch, variants):
+    """bench/decode_layout.py's worker replaces kernel_layout's policies; the engine asks them
+    with a machine, a width or a search, and each must answer the forced value."""
+    import decode_layout
+
+    from t2tcli.decode import fast_kernels
+    from t2tcli.model import hardware, kernel_layout
+
+    machine = hardware.detect()
+    for forced in decode_layout.VARIANTS[variants].values():
+        for choice in forced:  # restored after the test
+            monkeypatch.setattr(kernel_layout, choice, getattr(kernel_layout, choice))
+        decode_layout.force(forced)
+        answers = dataclasses.asdict(kernel_layout.for_machine(machine, 2048))
+        answers["beam_attention_on_onednn"] = fast_kernels.beam_attention_on_onednn()
+        answers["log_sum_exp_by_softmax"] = fast_kernels.log_sum_exp_by_softmax()
+        for choice, value in forced.items():
+            assert answers[choice] == value, (forced, choice)
+            if choice == "packed_kernels":
+                assert answers["packed_kernels_in_beam_search"] == value, forced

@@ -80,7 +80,8 @@ def packed_kernels(machine: hardware.Machine, beam_search: bool) -> bool:
     Where oneDNN multiplies on AMX tiles, greedy and beam-4 decodes ran faster laid out
     once (`bench/decode_layout.py --variants=packing`, in BENCHMARKS.md). On AVX512-BF16
     without AMX, greedy decodes ran faster so, but beam-4 decodes, whose steps multiply
-    four times the rows, ran slower: beam search keeps MatMul there. The sums are rounded
+    four times the rows, ran slower: beam search keeps MatMul there (with float32
+    activations too, which decoded there the same way round). The sums are rounded
     in another order, so a bfloat16 decode may differ from MatMul's where two tokens
     nearly tie. Where oneDNN runs AVX2-class kernels, whole greedy decodes ran slower (its
     float32 inner product is slower there than its GEMM), so they keep MatMul.
