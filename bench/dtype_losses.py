@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
+import tempfile
 from pathlib import Path
 
 from binaries import cpu_kind, run
@@ -40,7 +41,7 @@ def spread(values: list[float]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--work_dir", default="/tmp/t2tcli-bench-dtype-losses")
+    parser.add_argument("--work_dir", help="where the data, models and logs go (default: a new private temp folder)")
     parser.add_argument("--hparams_set", default="mtf_transformer_small")
     small = "inputs_length=32,targets_length=32,batch_size=32,warmup_steps=100"
     parser.add_argument("--hparams", default=small, help="overrides for both dtypes (activation_dtype is set here)")
@@ -57,7 +58,8 @@ def main() -> None:
     if len(set(seeds)) < 2 or args.steps < 2:
         raise SystemExit("--seeds needs two seeds or more (their spread is the yardstick) and --steps at least 2")
 
-    work = Path(args.work_dir)
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="t2tcli-bench-dtype-losses-"))
+    print(f"data, models and logs: {work}")
     data = work / "data"
     runs = {(dtype, seed): work / f"{dtype}_seed{seed}" for dtype in DTYPES for seed in seeds}
     for model_dir in runs.values():
@@ -85,26 +87,37 @@ def main() -> None:
             if args.steps not in losses[dtype, seed]:
                 raise SystemExit(f"no dev loss at step {args.steps} in the log of {runs[dtype, seed]}")
 
-    steps = sorted(set.intersection(*(set(v) for v in losses.values())))
     print()
-    print(f"CPU kind: {cpu_kind()}; --hparams_set={args.hparams_set} --hparams={args.hparams}; {args.steps} steps")
-    print(f"dev loss (whole dev split) at step {''.join(f'{s:>9}' for s in steps)}")
+    print(summary(losses, seeds, f"--hparams_set={args.hparams_set} --hparams={args.hparams}", args.steps))
+
+
+def summary(losses: dict[tuple[str, int], dict[int, float]], seeds: list[int], setup: str, steps: int) -> str:
+    """The runs' dev losses by step, then the verdict at the last step that `bench/report.py` records."""
+    evaluated = sorted(set.intersection(*(set(v) for v in losses.values())))
+    lines = [
+        f"CPU kind: {cpu_kind()}; {setup}; {steps} steps",
+        f"dev loss (whole dev split) at step {''.join(f'{s:>9}' for s in evaluated)}",
+    ]
     for dtype in DTYPES:
         for seed in seeds:
-            print(f"{dtype:<9} --random_seed={seed:<12}{''.join(f'{losses[dtype, seed][s]:>9.4f}' for s in steps)}")
-    last = steps[-1]
+            by_step = "".join(f"{losses[dtype, seed][s]:>9.4f}" for s in evaluated)
+            lines.append(f"{dtype:<9} --random_seed={seed:<12}{by_step}")
+    last = evaluated[-1]
     f32 = [losses["float32", s][last] for s in seeds]
     b16 = [losses["bfloat16", s][last] for s in seeds]
     same_seed = [b - f for b, f in zip(b16, f32, strict=True)]
-    print(f"\nat step {last}:")
-    print(f"  mean: float32 {statistics.mean(f32):.4f}, bfloat16 {statistics.mean(b16):.4f}")
-    print(f"  float32's spread over {len(seeds)} seeds (max - min): {spread(f32):.4f}")
-    print(f"  bfloat16 minus float32, seed by seed: {', '.join(f'{d:+.4f}' for d in same_seed)}")
-    within = abs(statistics.mean(b16) - statistics.mean(f32)) <= spread(f32)
-    print(
+    difference = abs(statistics.mean(b16) - statistics.mean(f32))
+    within = difference <= spread(f32)
+    lines += [
+        "",
+        f"at step {last}:",
+        f"  mean: float32 {statistics.mean(f32):.4f}, bfloat16 {statistics.mean(b16):.4f}",
+        f"  float32's spread over {len(seeds)} seeds (max - min): {spread(f32):.4f}",
+        f"  bfloat16 minus float32, seed by seed: {', '.join(f'{d:+.4f}' for d in same_seed)}",
         f"  bfloat16's mean is {'within' if within else 'OUTSIDE'} float32's seed spread"
-        f" ({abs(statistics.mean(b16) - statistics.mean(f32)):.4f} against {spread(f32):.4f})"
-    )
+        f" ({difference:.4f} against {spread(f32):.4f})",
+    ]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

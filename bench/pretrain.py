@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 from pathlib import Path
 
 from binaries import cpu_kind, run
@@ -33,7 +34,7 @@ def last_eval(model_dir: Path, problem: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--work_dir", default="/tmp/t2tcli-bench-pretrain")
+    parser.add_argument("--work_dir", help="where the data, models and logs go (default: a new private temp folder)")
     parser.add_argument("--hparams_set", default="mtf_transformer_small")
     small = (
         "inputs_length=64,targets_length=64,batch_size=32,warmup_steps=500,num_encoder_layers=3,num_decoder_layers=3"
@@ -48,7 +49,8 @@ def main() -> None:
         args.hparams_set, args.hparams = "mtf_transformer_tiny", ""
         args.pretrain_steps, args.finetune_steps, args.eval_examples = 300, 100, 50
 
-    work = Path(args.work_dir)
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="t2tcli-bench-pretrain-"))
+    print(f"data, models and logs: {work}")
     pre_data, ft_data = work / "data_pretrain", work / "data_finetune"
     models = {name: work / name for name in ("pretrained", "finetuned", "scratch")}
     hp = [f"--hparams_set={args.hparams_set}", *([f"--hparams={args.hparams}"] if args.hparams else [])]

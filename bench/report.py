@@ -43,7 +43,13 @@ METHODS = {
     "layout), HF `generate` and OpenVINO (its fastest precision) on the same weights (`bench/decode.py`).",
     "int8_agreement": "BLEU of CTranslate2 int8 against float32, and how many dev lines it decodes as float32 does, "
     "on a small model trained on the shipped verses (`bench/int8_agreement.py`).",
+    "dtype_losses": "the whole dev split's loss after short `t2t-train` runs on the shipped translate_en_es with "
+    "bfloat16 activations against the same runs in float32, means over the same seeds; ours / peer is bfloat16's "
+    "loss over float32's (1.00x: the same), and a difference within float32's own spread over its seeds is seed "
+    "noise (`bench/dtype_losses.py`).",
 }
+# Benchmarks of what a choice costs in quality, not speed: their own tables only, no summary row.
+QUALITY = {"int8_agreement", "dtype_losses"}
 NUMBER = r"[\d,]+(?:\.\d+)?"
 # Optional fields of a row, each a column of its benchmark's table where any row has it:
 # (field, column title, what a row without it shows).
@@ -233,12 +239,41 @@ def parse_int8_agreement(log: str) -> list[dict]:
     ]
 
 
+def parse_dtype_losses(log: str) -> list[dict]:
+    found = [
+        re.search(r"^CPU kind: .*; --hparams_set=(?P<set>\S+) --hparams=[^;]*; (?P<steps>\d+) steps$", log, re.M),
+        re.search(rf"^  mean: float32 (?P<f32>{NUMBER}), bfloat16 (?P<b16>{NUMBER})$", log, re.M),
+        re.search(rf"^  float32's spread over (?P<seeds>\d+) seeds \(max - min\): (?P<spread>{NUMBER})$", log, re.M),
+        re.search(r"^  bfloat16 minus float32, seed by seed: (?P<by_seed>.+)$", log, re.M),
+        re.search(r"^  bfloat16's mean is (?P<verdict>within|OUTSIDE) float32's seed spread", log, re.M),
+    ]
+    if not all(found):
+        return []
+    fields = {key: value for m in found for key, value in m.groupdict().items()}
+    difference = abs(_num(fields["b16"]) - _num(fields["f32"]))
+    return [
+        {
+            **_row(
+                f"{fields['set']}, {fields['steps']} steps, mean of {fields['seeds']} seeds",
+                "t2t-train bfloat16",
+                f"dev loss {fields['b16']}",
+                "t2t-train float32",
+                f"dev loss {fields['f32']}",
+                _num(fields["b16"]) / _num(fields["f32"]),
+            ),
+            "note": f"{fields['verdict'].lower()} float32's seed spread: {difference:.4f} against "
+            f"{fields['spread']} (bfloat16 minus float32 by seed: {fields['by_seed']})",
+        }
+    ]
+
+
 PARSERS: dict[str, Callable[[str], list[dict]]] = {
     "datagen": parse_datagen,
     "datagen_beam": parse_datagen_beam,
     "train": parse_train,
     "decode": parse_decode,
     "int8_agreement": parse_int8_agreement,
+    "dtype_losses": parse_dtype_losses,
 }
 
 
@@ -297,7 +332,7 @@ def render(kinds: list[dict]) -> str:
     for kind in kinds:
         for name in METHODS:
             bench = kind["benchmarks"].get(name)
-            if not bench or name == "int8_agreement":
+            if not bench or name in QUALITY:
                 continue
             pairs: dict[tuple[str, str], list[dict]] = {}
             for row in bench["rows"]:

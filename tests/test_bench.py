@@ -383,6 +383,36 @@ def test_an_unknown_system_name_exits_with_one_line_naming_the_flag_before_any_w
     assert run.stderr.count("\n") == 1 and "CTranslate2 int8, a batch at a time; OpenVINO default" in run.stderr
 
 
+def test_the_dtype_losses_verdict_is_recorded_with_the_spread_it_was_judged_against():
+    """bench/dtype_losses.py prints what bench/report.py records: the two means, their
+    ratio, and whether bfloat16 sits inside float32's own seed-to-seed spread."""
+    import dtype_losses
+    import report
+
+    losses = {
+        ("float32", 1): {50: 6.0, 100: 5.10},
+        ("float32", 2): {50: 6.1, 100: 5.30},
+        ("bfloat16", 1): {50: 6.0, 100: 5.15},
+        ("bfloat16", 2): {50: 6.2, 100: 5.35},
+    }
+    text = dtype_losses.summary(losses, [1, 2], "--hparams_set=mtf_transformer_tiny --hparams=a=1,b=2", 100)
+    (row,) = report.parse_dtype_losses("$ t2t-train ...\n\n" + text + "\n")
+    assert (row["case"], row["ours_figure"], row["peer_figure"], row["ratio"]) == (
+        "mtf_transformer_tiny, 100 steps, mean of 2 seeds",
+        "dev loss 5.2500",
+        "dev loss 5.2000",
+        1.01,
+    )
+    assert (
+        row["note"] == "within float32's seed spread: 0.0500 against 0.2000 (bfloat16 minus float32 by seed: "
+        "+0.0500, +0.0500)"
+    )
+    losses["bfloat16", 1][100] = 5.65  # mean 5.50: 0.30 above float32's, whose seeds span 0.20
+    (row,) = report.parse_dtype_losses(dtype_losses.summary(losses, [1, 2], "--hparams_set=x --hparams=", 100))
+    assert row["note"].startswith("outside float32's seed spread: 0.3000 against 0.2000")
+    assert report.parse_dtype_losses(text.split("at step")[0]) == []  # a run cut short records nothing
+
+
 def test_each_shape_in_a_train_log_is_a_case_of_its_own_against_its_own_peak():
     """`bench/run` runs t5_small's shape, then t5_base's, into one log."""
     import report
@@ -435,7 +465,8 @@ def test_bench_run_only_runs_the_named_benchmarks_and_refuses_unknown_names():
     unknown = run("--only=train,decoder", "--list")  # refused as the arguments are read
     assert unknown.returncode == 2 and unknown.stdout == ""
     assert unknown.stderr == (
-        "bench/run: --only: no benchmark 'decoder' (known: datagen datagen_beam train decode int8_agreement)\n"
+        "bench/run: --only: no benchmark 'decoder' "
+        "(known: datagen datagen_beam train decode int8_agreement dtype_losses)\n"
     )
 
 
