@@ -1,4 +1,4 @@
-"""What the benchmarks that drive t2tcli's binaries share: running one, and naming the CPU.
+"""What the benchmarks that drive t2tcli's binaries share: running one, their work folder, and naming the CPU.
 
 They run the binaries as a user would, each in its own process, so a figure includes
 everything a shell script pays for; the commands are printed as they run.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +22,14 @@ def cpu_kind() -> str:
     from t2tcli.model import hardware
 
     return hardware.detect().cpu_kind()
+
+
+def work_dir(given: str | None, name: str) -> Path:
+    """The user's --work_dir, or else a new private temp folder (never a fixed /tmp path
+    another local user could create first); printed, as its runs are kept there."""
+    work = Path(given or tempfile.mkdtemp(prefix=f"t2tcli-bench-{name}-"))
+    print(f"data, models and logs: {work}")
+    return work
 
 
 def run(binary: str, *args: str) -> tuple[float, str]:

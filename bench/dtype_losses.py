@@ -21,10 +21,8 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
-import tempfile
-from pathlib import Path
 
-from binaries import cpu_kind, run
+from binaries import cpu_kind, run, work_dir
 
 DEV_LOSS = re.compile(r"step (\d+)  dev loss ([\d.]+)  perplexity")
 DTYPES = ("float32", "bfloat16")
@@ -58,8 +56,7 @@ def main() -> None:
     if len(set(seeds)) < 2 or args.steps < 2:
         raise SystemExit("--seeds needs two seeds or more (their spread is the yardstick) and --steps at least 2")
 
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix="t2tcli-bench-dtype-losses-"))
-    print(f"data, models and logs: {work}")
+    work = work_dir(args.work_dir, "dtype-losses")
     data = work / "data"
     runs = {(dtype, seed): work / f"{dtype}_seed{seed}" for dtype in DTYPES for seed in seeds}
     for model_dir in runs.values():
@@ -106,16 +103,16 @@ def summary(losses: dict[tuple[str, int], dict[int, float]], seeds: list[int], s
     f32 = [losses["float32", s][last] for s in seeds]
     b16 = [losses["bfloat16", s][last] for s in seeds]
     same_seed = [b - f for b, f in zip(b16, f32, strict=True)]
-    difference = abs(statistics.mean(b16) - statistics.mean(f32))
-    within = difference <= spread(f32)
+    difference, f32_spread = abs(statistics.mean(b16) - statistics.mean(f32)), spread(f32)
+    within = difference <= f32_spread
     lines += [
         "",
         f"at step {last}:",
         f"  mean: float32 {statistics.mean(f32):.4f}, bfloat16 {statistics.mean(b16):.4f}",
-        f"  float32's spread over {len(seeds)} seeds (max - min): {spread(f32):.4f}",
+        f"  float32's spread over {len(seeds)} seeds (max - min): {f32_spread:.4f}",
         f"  bfloat16 minus float32, seed by seed: {', '.join(f'{d:+.4f}' for d in same_seed)}",
         f"  bfloat16's mean is {'within' if within else 'OUTSIDE'} float32's seed spread"
-        f" ({difference:.4f} against {spread(f32):.4f})",
+        f" ({difference:.4f} against {f32_spread:.4f})",
     ]
     return "\n".join(lines)
 

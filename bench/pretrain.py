@@ -19,10 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
 from pathlib import Path
 
-from binaries import cpu_kind, run
+from binaries import cpu_kind, run, work_dir
 
 
 def last_eval(model_dir: Path, problem: str) -> dict:
@@ -49,8 +48,7 @@ def main() -> None:
         args.hparams_set, args.hparams = "mtf_transformer_tiny", ""
         args.pretrain_steps, args.finetune_steps, args.eval_examples = 300, 100, 50
 
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix="t2tcli-bench-pretrain-"))
-    print(f"data, models and logs: {work}")
+    work = work_dir(args.work_dir, "pretrain")
     pre_data, ft_data = work / "data_pretrain", work / "data_finetune"
     models = {name: work / name for name in ("pretrained", "finetuned", "scratch")}
     hp = [f"--hparams_set={args.hparams_set}", *([f"--hparams={args.hparams}"] if args.hparams else [])]

@@ -245,12 +245,15 @@ def parse_dtype_losses(log: str) -> list[dict]:
         re.search(rf"^  mean: float32 (?P<f32>{NUMBER}), bfloat16 (?P<b16>{NUMBER})$", log, re.M),
         re.search(rf"^  float32's spread over (?P<seeds>\d+) seeds \(max - min\): (?P<spread>{NUMBER})$", log, re.M),
         re.search(r"^  bfloat16 minus float32, seed by seed: (?P<by_seed>.+)$", log, re.M),
-        re.search(r"^  bfloat16's mean is (?P<verdict>within|OUTSIDE) float32's seed spread", log, re.M),
+        re.search(
+            rf"^  bfloat16's mean is (?P<verdict>within|OUTSIDE) float32's seed spread \((?P<difference>{NUMBER})",
+            log,
+            re.M,
+        ),
     ]
     if not all(found):
         return []
     fields = {key: value for m in found for key, value in m.groupdict().items()}
-    difference = abs(_num(fields["b16"]) - _num(fields["f32"]))
     return [
         {
             **_row(
@@ -261,7 +264,7 @@ def parse_dtype_losses(log: str) -> list[dict]:
                 f"dev loss {fields['f32']}",
                 _num(fields["b16"]) / _num(fields["f32"]),
             ),
-            "note": f"{fields['verdict'].lower()} float32's seed spread: {difference:.4f} against "
+            "note": f"{fields['verdict'].lower()} float32's seed spread: {fields['difference']} against "
             f"{fields['spread']} (bfloat16 minus float32 by seed: {fields['by_seed']})",
         }
     ]

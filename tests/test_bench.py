@@ -383,6 +383,17 @@ def test_an_unknown_system_name_exits_with_one_line_naming_the_flag_before_any_w
     assert run.stderr.count("\n") == 1 and "CTranslate2 int8, a batch at a time; OpenVINO default" in run.stderr
 
 
+def test_a_bench_work_folder_is_the_user_s_or_a_new_private_one(tmp_path, monkeypatch):
+    """A fixed /tmp path could be made first by another local user; the default is fresh."""
+    import binaries
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    first, second = binaries.work_dir(None, "dtype-losses"), binaries.work_dir(None, "dtype-losses")
+    assert first != second and first.parent == tmp_path and first.name.startswith("t2tcli-bench-dtype-losses-")
+    assert first.stat().st_mode & 0o777 == 0o700
+    assert binaries.work_dir(str(tmp_path / "mine"), "pretrain") == tmp_path / "mine"
+
+
 def test_the_dtype_losses_verdict_is_recorded_with_the_spread_it_was_judged_against():
     """bench/dtype_losses.py prints what bench/report.py records: the two means, their
     ratio, and whether bfloat16 sits inside float32's own seed-to-seed spread."""
