@@ -1,6 +1,6 @@
 """The benchmarks' results, kept per CPU kind, and BENCHMARKS.md rendered from them.
 
-    python bench/report.py record --log_dir=bench/out --command="bench/run" --machine="..."
+    python bench/report.py record --log_dir=bench/out --command="bench/run" [--machine="..."]
     python bench/report.py render                    # bench/results/*.json -> BENCHMARKS.md
 
 A figure holds for the kind of CPU it was measured on (AVX2-only, AVX512-BF16, AMX run
@@ -376,7 +376,7 @@ def main() -> None:
     parser.add_argument("--results_dir", default=str(RESULTS))
     parser.add_argument("--log_dir", default=str(REPO / "bench" / "out"))
     parser.add_argument("--command", default="bench/run")
-    parser.add_argument("--machine", default=platform.processor() or platform.machine())
+    parser.add_argument("--machine", help="record: this VM's name (default: model, CPU flags, cores, memory)")
     parser.add_argument("--out", default=str(REPO / "BENCHMARKS.md"))
     parser.add_argument(
         "--benchmarks", default=",".join(PARSERS), help="record: these benchmarks' logs only (others' may be stale)"
@@ -385,14 +385,14 @@ def main() -> None:
     results = Path(args.results_dir)
     if args.action == "record":
         sys.path.insert(0, str(REPO / "bench"))
-        from binaries import cpu_kind
+        from binaries import cpu_kind, machine
 
         names = args.benchmarks.split(",")
         if unknown := sorted(set(names) - set(PARSERS)):
             parser.error(f"--benchmarks: unknown {', '.join(unknown)} (known: {', '.join(PARSERS)})")
         logs = {name: p.read_text() for name in names if (p := Path(args.log_dir) / f"{name}.log").exists()}
         today = datetime.datetime.now(datetime.UTC).date().isoformat()
-        print(f"recorded {record(cpu_kind(), args.machine, args.command, logs, results, today)}")
+        print(f"recorded {record(cpu_kind(), args.machine or machine(), args.command, logs, results, today)}")
     else:
         kinds = [json.loads(p.read_text()) for p in sorted(results.glob("*.json"))]
         Path(args.out).write_text(render(kinds))

@@ -394,6 +394,28 @@ def test_a_bench_work_folder_is_the_user_s_or_a_new_private_one(tmp_path, monkey
     assert binaries.work_dir(str(tmp_path / "mine"), "pretrain") == tmp_path / "mine"
 
 
+@pytest.mark.parametrize(
+    "model, family, flags, named",
+    [
+        ("Intel Xeon", "6", "avx512f avx512_bf16 amx_bf16", "Intel Xeon with amx_bf16 and avx512_bf16 (CPU family 6)"),
+        ("AMD EPYC", "25", "avx2 avx512f avx512_bf16", "AMD EPYC with avx512_bf16, no AMX (CPU family 25)"),
+        ("AMD EPYC", "25", "avx2 avx512f", "AMD EPYC with avx512f, no avx512_bf16, no AMX (CPU family 25)"),
+        ("AMD EPYC", "25", "sse4_2 avx2 fma", "AMD EPYC with avx2, no AVX-512, no AMX (CPU family 25)"),
+    ],
+)
+def test_a_recorded_machine_is_named_by_the_flags_that_set_its_kind(tmp_path, model, family, flags, named):
+    """VMs report a bare model name ("AMD EPYC" for both kinds seen on that family), so
+    bench/run's record names the flags that decide the kind, from the first processor."""
+    import binaries
+
+    cpuinfo = tmp_path / "cpuinfo"
+    first = f"processor\t: 0\nmodel name\t: {model}\ncpu family\t: {family}\nflags\t\t: {flags}\n"
+    cpuinfo.write_text(first + "\nprocessor\t: 1\nmodel name\t: other\ncpu family\t: 1\nflags\t\t: avx2\n")
+    described = binaries.machine(str(cpuinfo))
+    assert re.fullmatch(re.escape(named) + r", \d+ cores, \d+ GiB", described), described
+    assert "--machine" not in (BENCH / "run").read_text()  # bench/run records with this name
+
+
 def test_the_dtype_losses_verdict_is_recorded_with_the_spread_it_was_judged_against():
     """bench/dtype_losses.py prints what bench/report.py records: the two means, their
     ratio, and whether bfloat16 sits inside float32's own seed-to-seed spread."""
