@@ -522,7 +522,8 @@ def test_recording_takes_only_the_named_benchmarks_logs(tmp_path):
 
 
 def test_benchmarks_md_is_rendered_from_the_committed_results():
-    """Every row names its CPU kind and peer; BENCHMARKS.md is what the results render to."""
+    """Every row names its CPU kind and peer, every kind its VM by the flags that set the
+    kind; BENCHMARKS.md is what the results render to."""
     import report
 
     kinds = [json.loads(p.read_text()) for p in sorted(report.RESULTS.glob("*.json"))]
@@ -535,9 +536,16 @@ def test_benchmarks_md_is_rendered_from_the_committed_results():
     for line in rows:
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert all(cells[:5]) and re.fullmatch(r"[\d.]+(-[\d.]+)?x", cells[4]), line
+    named_by = {
+        "AMX": "with amx_bf16",
+        "AVX512-BF16": "with avx512_bf16, no AMX",
+        "AVX-512": "with avx512f, no avx512_bf16",
+        "AVX2": "with avx2, no AVX-512",
+    }
     for kind in kinds:
         for bench in kind["benchmarks"].values():
             assert bench["measured"] and bench["command"] and bench["rows"]
+        assert named_by[kind["cpu_kind"]] in kind["machine"], f"{kind['cpu_kind']}: {kind['machine']}"
 
 
 TINY = {"d_model": 8, "d_ff": 16, "num_heads": 2, "d_kv": 4, "layers": 1, "vocab": 64, "dropout_rate": 0.25}
