@@ -263,6 +263,13 @@ def test_auto_keeps_the_tf_engine_where_bfloat16_is_native(toy, monkeypatch, fla
     assert chosen == "fast" and ("natively" in why) == (engine == "fast"), why
 
 
+def _unset_isa_variable(monkeypatch) -> None:
+    """Unset the variable for this test alone: set first, so that monkeypatch also undoes
+    what the code under test writes into os.environ (it would reach every later subprocess)."""
+    monkeypatch.setenv(ct2.ISA_VARIABLE, "")
+    monkeypatch.delenv(ct2.ISA_VARIABLE)
+
+
 @pytest.mark.parametrize(
     "flags, isa",
     [
@@ -272,15 +279,31 @@ def test_auto_keeps_the_tf_engine_where_bfloat16_is_native(toy, monkeypatch, fla
         (test_numerics.AVX2, None),
     ],
 )
-def test_ctranslate2_runs_avx512_kernels_on_bfloat16_cpus_unless_the_user_says_otherwise(toy, monkeypatch, flags, isa):
-    model, _ = toy
+def test_ctranslate2_runs_avx512_kernels_on_bfloat16_cpus_unless_the_user_says_otherwise(monkeypatch, flags, isa):
+    # Described CPUs only: CTranslate2 itself never loads here under an instruction set that
+    # this CPU may lack (the engine's own call is the test below).
     monkeypatch.setattr(hardware, "cpu_flags", lambda cpuinfo="": flags)
-    monkeypatch.delenv(ct2.ISA_VARIABLE, raising=False)
-    assert _predict(model, "ctranslate2", [batching.Row(0, [5, EOS_ID])], length=4)[0]
+    _unset_isa_variable(monkeypatch)
+    ct2.use_fastest_isa()
     assert os.environ.get(ct2.ISA_VARIABLE) == isa
     monkeypatch.setenv(ct2.ISA_VARIABLE, "AVX2")
     ct2.use_fastest_isa()
     assert os.environ[ct2.ISA_VARIABLE] == "AVX2"
+
+
+def test_the_ctranslate2_engine_sets_this_cpus_instruction_set_before_its_model_loads(toy, monkeypatch):
+    model, _ = toy
+    _unset_isa_variable(monkeypatch)
+    seen = []
+    translator = ct2.module().Translator
+
+    def loading(*args, **kwargs):
+        seen.append(os.environ.get(ct2.ISA_VARIABLE))
+        return translator(*args, **kwargs)
+
+    monkeypatch.setattr(ct2.module(), "Translator", loading)
+    assert _predict(model, "ctranslate2", [batching.Row(0, [5, EOS_ID])], length=4)[0]
+    assert seen == [ct2.fastest_isa(hardware.Machine("cpu", hardware.cpu_flags()))]
 
 
 def test_without_ctranslate2_the_engine_names_the_install(toy, monkeypatch):
