@@ -206,6 +206,8 @@ def test_only_the_engines_own_graph_uses_onednn_internal_ops_and_16_bit_integer_
     hp = hp.copy()
     hp.activation_dtype, hp.ffn_activation = "bfloat16", "relu"
     monkeypatch.setattr(kernel_layout, "packed_kernels", lambda machine, beam_search: True)
+    # Built, never run: the graph of a CPU that multiplies bfloat16 natively, on any CPU.
+    monkeypatch.setattr(fast_kernels, "bfloat16_in_float32", lambda: False)
     decode = DecodeSettings.of({"beam_size": 1, "compute_scores": False}, hp)
     for held in (True, False):
         with tf.Graph().as_default() as graph:
@@ -227,6 +229,7 @@ def test_the_engines_predict_graph_lays_kernels_out_once_for_the_search_the_poli
     hp = hp.copy()
     hp.activation_dtype = "bfloat16"
     monkeypatch.setattr(kernel_layout, "packed_kernels", lambda machine, beam_search: not beam_search)
+    monkeypatch.setattr(fast_kernels, "bfloat16_in_float32", lambda: False)  # as in the test above
     for beam_size, packed in ((1, True), (4, False)):
         decode = DecodeSettings.of({"beam_size": beam_size, "compute_scores": False}, hp)
         with tf.Graph().as_default() as graph:
