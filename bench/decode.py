@@ -104,11 +104,11 @@ def binary(name: str, *args: str) -> subprocess.CompletedProcess:
 def cpu_kind() -> str:
     """The CPU kind and the ISA_CAPS set; not CTranslate2's instruction set where it is the
     one t2t-decode sets here itself (run_ct2 sets it in this process too)."""
-    from t2tcli.decode import ct2
+    from t2tcli.decode import ct2_cpu
     from t2tcli.model import hardware
 
     machine = hardware.detect()
-    own = {ct2.ISA_VARIABLE: ct2.fastest_isa(machine)}
+    own = {ct2_cpu.ISA_VARIABLE: ct2_cpu.fastest_isa(machine)}
     caps = [f"{name}={value}" for name in ISA_CAPS if (value := os.environ.get(name)) and value != own.get(name)]
     return machine.cpu_kind() + (f" held back by {', '.join(caps)}" if caps else "")
 
@@ -265,10 +265,10 @@ def run_ct2(
     import ctranslate2
 
     from t2tcli.data.vocabulary.vocab import EOS_ID, PAD_ID
-    from t2tcli.decode import ct2
+    from t2tcli.decode import ct2_cpu
 
     cores = usable_cores()
-    ct2.use_fastest_isa()  # the instruction set t2t-decode's CTranslate2 engine runs on here
+    ct2_cpu.use_fastest_isa()  # the instruction set t2t-decode's CTranslate2 engine runs on here
     translator = ctranslate2.Translator(
         str(ct2_dir),
         device="cpu",

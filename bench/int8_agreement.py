@@ -99,6 +99,17 @@ def scores(model_dir: Path, pairs_file: Path, out: Path, quantization: str) -> l
     return [float(line) for line in out.read_text().splitlines()]
 
 
+def int8_sums() -> str:
+    """Where CTranslate2's int8 products saturate on this CPU, the header says so: its int8
+    figures then hold for 16-bit pair sums, not for int8 alone."""
+    from t2tcli.decode import ct2_cpu
+
+    if ct2_cpu.int8_sums_saturate_here():
+        return "; CTranslate2's int8 on oneDNN without VNNI (pairs of products summed in 16 bits)"
+    use_mkl = os.environ.get(ct2_cpu.MKL_VARIABLE)
+    return f"; {ct2_cpu.MKL_VARIABLE}={use_mkl}" if use_mkl else ""
+
+
 def same(a: list[str], b: list[str]) -> float:
     return 100.0 * sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
 
@@ -136,7 +147,7 @@ def main() -> None:
     described = "its own hparams" if args.model_dir else f"mtf_transformer_tiny with {HPARAMS}"
     print(
         f"{args.problem} model_dir {model_dir.name} at step {step} ({described}); "
-        f"{len(pairs)} dev lines; {os.cpu_count()} cores, {cpu_kind()} CPU"
+        f"{len(pairs)} dev lines; {os.cpu_count()} cores, {cpu_kind()} CPU{int8_sums()}"
     )
     header = f"{'search':<8}{'system':<30}{'BLEU':>6}{'same as CT2 f32':>17}{'same as TF':>12}"
     print(header + f"{'BLEU vs CT2 f32':>17}{'sent/s':>8}")

@@ -14,8 +14,9 @@ import test_numerics
 from conftest import require_extra, run_binary
 from toy_model import toy_model  # noqa: F401  (session fixture)
 
+from t2tcli.compat import X86
 from t2tcli.data.vocabulary.vocab import EOS_ID
-from t2tcli.decode import batching, ct2, engines, settings, side_by_side
+from t2tcli.decode import batching, ct2, ct2_cpu, engines, settings, side_by_side
 from t2tcli.errors import UserError
 from t2tcli.model import checkpoints, hardware, loading
 from t2tcli.model import config as model_config
@@ -41,6 +42,22 @@ def copy_model(toy_model: dict[str, str], model_dir) -> None:  # noqa: F811
     import shutil
 
     shutil.copytree(toy_model["model_dir"], model_dir, ignore=shutil.ignore_patterns(ct2.CACHE_DIR))
+
+
+@pytest.fixture(autouse=True)
+def _ctranslate2_variables_left_as_found():
+    """CTranslate2 reads its variables once a process and every decode subprocess inherits
+    them, so a test that leaves one set (a described CPU's instruction set, say) breaks
+    tests far from it; this names the test instead. The engine's own setting for the real
+    CPU is allowed to stay, as it stays in a user's decode."""
+    real_isa = ct2_cpu.fastest_isa(hardware.Machine("cpu", hardware.cpu_flags()))
+    names = (ct2_cpu.ISA_VARIABLE, ct2_cpu.MKL_VARIABLE)
+    before = {name: os.environ.get(name) for name in names}
+    yield
+    after = {name: os.environ.get(name) for name in names}
+    if before[ct2_cpu.ISA_VARIABLE] is None and after[ct2_cpu.ISA_VARIABLE] == real_isa:
+        after[ct2_cpu.ISA_VARIABLE] = None
+    assert after == before, f"the test left CTranslate2's variables at {after}, found at {before}"
 
 
 @pytest.fixture(scope="module")
@@ -266,8 +283,8 @@ def test_auto_keeps_the_tf_engine_where_bfloat16_is_native(toy, monkeypatch, fla
 def _unset_isa_variable(monkeypatch) -> None:
     """Unset the variable for this test alone: set first, so that monkeypatch also undoes
     what the code under test writes into os.environ (it would reach every later subprocess)."""
-    monkeypatch.setenv(ct2.ISA_VARIABLE, "")
-    monkeypatch.delenv(ct2.ISA_VARIABLE)
+    monkeypatch.setenv(ct2_cpu.ISA_VARIABLE, "")
+    monkeypatch.delenv(ct2_cpu.ISA_VARIABLE)
 
 
 @pytest.mark.parametrize(
@@ -284,11 +301,11 @@ def test_ctranslate2_runs_avx512_kernels_on_bfloat16_cpus_unless_the_user_says_o
     # this CPU may lack (the engine's own call is the test below).
     monkeypatch.setattr(hardware, "cpu_flags", lambda cpuinfo="": flags)
     _unset_isa_variable(monkeypatch)
-    ct2.use_fastest_isa()
-    assert os.environ.get(ct2.ISA_VARIABLE) == isa
-    monkeypatch.setenv(ct2.ISA_VARIABLE, "AVX2")
-    ct2.use_fastest_isa()
-    assert os.environ[ct2.ISA_VARIABLE] == "AVX2"
+    ct2_cpu.use_fastest_isa()
+    assert os.environ.get(ct2_cpu.ISA_VARIABLE) == isa
+    monkeypatch.setenv(ct2_cpu.ISA_VARIABLE, "AVX2")
+    ct2_cpu.use_fastest_isa()
+    assert os.environ[ct2_cpu.ISA_VARIABLE] == "AVX2"
 
 
 def test_the_ctranslate2_engine_sets_this_cpus_instruction_set_before_its_model_loads(toy, monkeypatch):
@@ -298,12 +315,67 @@ def test_the_ctranslate2_engine_sets_this_cpus_instruction_set_before_its_model_
     translator = ct2.module().Translator
 
     def loading(*args, **kwargs):
-        seen.append(os.environ.get(ct2.ISA_VARIABLE))
+        seen.append(os.environ.get(ct2_cpu.ISA_VARIABLE))
         return translator(*args, **kwargs)
 
     monkeypatch.setattr(ct2.module(), "Translator", loading)
     assert _predict(model, "ctranslate2", [batching.Row(0, [5, EOS_ID])], length=4)[0]
-    assert seen == [ct2.fastest_isa(hardware.Machine("cpu", hardware.cpu_flags()))]
+    assert seen == [ct2_cpu.fastest_isa(hardware.Machine("cpu", hardware.cpu_flags()))]
+
+
+@pytest.mark.parametrize(
+    "flags, vendor, use_mkl, saturate",
+    [
+        (test_numerics.AVX2, "AuthenticAMD", None, True),  # oneDNN, no VNNI
+        (test_numerics.AVX2, "AuthenticAMD", "1", False),  # MKL asked for
+        (test_numerics.AVX2, "AuthenticAMD", "TRUE", False),
+        (test_numerics.AVX2, "AuthenticAMD", "yes", True),  # not a value CTranslate2 reads as true
+        (test_numerics.AVX2, "GenuineIntel", None, False),  # MKL by default
+        (test_numerics.AVX2, "GenuineIntel", "0", True),
+        (test_numerics.AVX2 | {"avx_vnni"}, "GenuineIntel", "0", False),
+        (test_numerics.AVX512_BF16 | {"avx512_vnni"}, "AuthenticAMD", None, False),
+        (test_numerics.AMX, "GenuineIntel", "0", False),  # amx_int8
+        (frozenset(), "", None, False),  # no /proc/cpuinfo: nothing known
+    ],
+)
+def test_int8_sums_saturate_where_onednn_multiplies_without_vnni(flags, vendor, use_mkl, saturate):
+    assert ct2_cpu.int8_sums_saturate(flags, vendor, use_mkl) is saturate
+
+
+def _describe_cpu(monkeypatch, flags: frozenset[str], vendor: str) -> None:
+    """A described CPU, and no CT2_USE_MKL: CTranslate2 reads it once a process, at its first
+    model, so a test that loads a model never sets it."""
+    monkeypatch.setattr(hardware, "cpu_flags", lambda cpuinfo="": flags)
+    monkeypatch.setattr(hardware, "cpu_vendor", lambda cpuinfo="": vendor)
+    monkeypatch.setenv(ct2_cpu.MKL_VARIABLE, "")
+    monkeypatch.delenv(ct2_cpu.MKL_VARIABLE)
+
+
+@pytest.mark.skipif(not X86, reason="CTranslate2 multiplies with oneDNN or MKL on x86 CPUs only")
+def test_int8_where_its_sums_saturate_is_warned_with_the_ways_around(toy, monkeypatch, caplog):
+    model, _ = toy
+    _unset_isa_variable(monkeypatch)
+    _describe_cpu(monkeypatch, test_numerics.AVX2, "AuthenticAMD")
+    caplog.set_level("WARNING")
+    checkpoint = checkpoints.resolve(model.model_dir, None)[1]
+    engines.predictor(model, {"engine": "ctranslate2", "quantization": "int8"}, checkpoint)
+    warned = [r.getMessage() for r in caplog.records if "saturate" in r.getMessage()]
+    assert warned == [ct2_cpu.int8_saturation_warning("int8")]
+    assert warned[0].startswith("quantization=int8: ") and "quantization=float32" in warned[0]
+    assert f"{ct2_cpu.MKL_VARIABLE}=1" in warned[0]
+    caplog.clear()
+    engines.predictor(model, {"engine": "ctranslate2", "quantization": "float32"}, checkpoint)
+    # VNNI without AVX-512: a CPU described with AVX-512 would load CTranslate2 under it here.
+    _describe_cpu(monkeypatch, test_numerics.AVX2 | {"avx_vnni"}, "AuthenticAMD")
+    engines.predictor(model, {"engine": "ctranslate2", "quantization": "int8"}, checkpoint)
+    assert not [r for r in caplog.records if "saturate" in r.getMessage()]
+    # The variable as CTranslate2 reads it (no model loads from here on).
+    _describe_cpu(monkeypatch, test_numerics.AVX2, "AuthenticAMD")
+    monkeypatch.setenv(ct2_cpu.MKL_VARIABLE, "1")
+    assert ct2_cpu.int8_saturation_warning("int8_float32") is None
+    monkeypatch.setenv(ct2_cpu.MKL_VARIABLE, "0")
+    assert ct2_cpu.int8_saturation_warning("int8_float32").startswith("quantization=int8_float32: ")
+    assert ct2_cpu.int8_saturation_warning("float32") is None
 
 
 def test_without_ctranslate2_the_engine_names_the_install(toy, monkeypatch):

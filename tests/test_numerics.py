@@ -169,10 +169,13 @@ def test_ffn_is_padded_only_at_widths_that_slow_an_avx2_cpus_gemms(machine, d_ff
 def test_flags_are_read_from_cpuinfo_and_onednn_settings_from_the_environment(tmp_path, monkeypatch):
     info = tmp_path / "cpuinfo"
     info.write_text(
-        "processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\nprocessor\t: 1\n"
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: Some CPU\n"
+        "flags\t\t: fpu avx2 avx512f avx512_bf16\n\nprocessor\t: 1\nvendor_id\t: GenuineIntel\n"
     )
     assert hardware.cpu_flags(str(info)) == {"fpu", "avx2", "avx512f", "avx512_bf16"}
+    assert hardware.cpu_vendor(str(info)) == "AuthenticAMD"
     assert hardware.cpu_flags(str(tmp_path / "missing")) == frozenset()
+    assert hardware.cpu_vendor(str(tmp_path / "missing")) == ""
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx2")
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
     machine = hardware.detect()

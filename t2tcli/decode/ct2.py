@@ -10,7 +10,7 @@ has a distinct token name, so outputs map back to the ids the TF engines would g
 Everything around decoding (reading lines, batching by length, putting results back in
 order, writing) stays t2t-decode's; this module is a `batching.PredictFn`.
 
-Imports: core, io, data, model and decode (batching, settings, side_by_side).
+Imports: core, io, data, model and decode (batching, ct2_cpu, settings, side_by_side).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import numpy as np
 from absl import logging
 
 from t2tcli.data.vocabulary.vocab import EOS_ID, PAD_ID, Vocabulary
-from t2tcli.decode import batching, side_by_side
+from t2tcli.decode import batching, ct2_cpu, side_by_side
 from t2tcli.errors import UserError
 from t2tcli.hparams import HParams
 from t2tcli.io import atomic, fs
-from t2tcli.model import hardware, weight_names
+from t2tcli.model import weight_names
 
 if TYPE_CHECKING:
     from t2tcli.decode.settings import DecodeSettings
@@ -39,8 +39,6 @@ CACHE_DIR = "ctranslate2"
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "bfloat16", "int8_bfloat16", "float16", "int8_float16")
 _ACTIVATIONS = {"relu": "RELU", "gelu": "GELUTanh", "swish": "SWISH", "sigmoid": "Sigmoid", "tanh": "Tanh"}
 INSTALL_HINT = "scripts/install ctranslate2 (or pip install ctranslate2==4.8.5)"
-# CTranslate2 reads the instruction set of its own kernels from here when its first model loads.
-ISA_VARIABLE = "CT2_FORCE_CPU_ISA"
 
 
 def module() -> Any:
@@ -50,25 +48,6 @@ def module() -> Any:
     except ImportError:
         raise UserError(f"decode engine=ctranslate2 needs the ctranslate2 package: {INSTALL_HINT}") from None
     return ctranslate2
-
-
-def fastest_isa(machine: hardware.Machine) -> str | None:
-    """The instruction set CTranslate2's own kernels (softmax, norms, quantizing rows) should
-    run on here, where its own choice is slower; None keeps its choice.
-
-    CTranslate2 never picks AVX-512 by itself (it is not faster on every CPU), so it runs
-    AVX2 kernels on AVX-512 CPUs. On bfloat16-native CPUs (AMX, AVX512-BF16) its AVX-512
-    kernels decoded faster, in turns with the AVX2 ones; plain AVX-512 keeps its choice
-    until measured there.
-    """
-    return "AVX512" if machine.cpu_kind() in ("AMX", "AVX512-BF16") else None
-
-
-def use_fastest_isa() -> None:
-    """Set `ISA_VARIABLE` to this CPU's `fastest_isa` unless the user set it; call before a model loads."""
-    isa = fastest_isa(hardware.Machine("cpu", hardware.cpu_flags()))
-    if isa and ISA_VARIABLE not in os.environ:
-        os.environ[ISA_VARIABLE] = isa
 
 
 def available() -> bool:
@@ -281,7 +260,7 @@ class Predictor:
         ct2 = module()
         self.in_flight = in_flight
         self.workers = side_by_side.workers()
-        use_fastest_isa()
+        ct2_cpu.use_fastest_isa()
         self.translator = ct2.Translator(
             model_path, device="cpu", compute_type=quantization, inter_threads=self.workers, intra_threads=1
         )

@@ -47,17 +47,28 @@ class Machine:
         return self.device == "cpu" and self.onednn_enabled
 
 
-def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
-    """The first processor's feature flags (empty where /proc/cpuinfo does not exist)."""
+def _first_processor(cpuinfo: str, keys: tuple[str, ...]) -> str:
+    """The value of the first of `keys` in /proc/cpuinfo (empty where it does not exist)."""
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key.strip() in ("flags", "Features"):
-                    return frozenset(value.split())
+                if key.strip() in keys:
+                    return value.strip()
     except OSError:
         pass
-    return frozenset()
+    return ""
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The first processor's feature flags (empty where /proc/cpuinfo does not exist)."""
+    return frozenset(_first_processor(cpuinfo, ("flags", "Features")).split())
+
+
+def cpu_vendor(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The x86 vendor id ('GenuineIntel', 'AuthenticAMD'; empty where unknown), by which
+    some libraries choose their kernels."""
+    return _first_processor(cpuinfo, ("vendor_id",))
 
 
 def _gpu_capability() -> tuple[int, int] | None:
