@@ -50,7 +50,7 @@ def _ctranslate2_variables_left_as_found():
     them, so a test that leaves one set (a described CPU's instruction set, say) breaks
     tests far from it; this names the test instead. The engine's own setting for the real
     CPU is allowed to stay, as it stays in a user's decode."""
-    real_isa = ct2_cpu.fastest_isa(hardware.Machine("cpu", hardware.cpu_flags()))
+    real_isa = ct2_cpu.fastest_isa_here()
     names = (ct2_cpu.ISA_VARIABLE, ct2_cpu.MKL_VARIABLE)
     before = {name: os.environ.get(name) for name in names}
     yield
@@ -320,7 +320,7 @@ def test_the_ctranslate2_engine_sets_this_cpus_instruction_set_before_its_model_
 
     monkeypatch.setattr(ct2.module(), "Translator", loading)
     assert _predict(model, "ctranslate2", [batching.Row(0, [5, EOS_ID])], length=4)[0]
-    assert seen == [ct2_cpu.fastest_isa(hardware.Machine("cpu", hardware.cpu_flags()))]
+    assert seen == [ct2_cpu.fastest_isa_here()]
 
 
 @pytest.mark.parametrize(

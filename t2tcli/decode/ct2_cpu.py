@@ -27,9 +27,14 @@ def fastest_isa(machine: hardware.Machine) -> str | None:
     return "AVX512" if machine.cpu_kind() in ("AMX", "AVX512-BF16") else None
 
 
+def fastest_isa_here() -> str | None:
+    """`fastest_isa` for this process's CPU."""
+    return fastest_isa(hardware.Machine("cpu", hardware.cpu_flags()))
+
+
 def use_fastest_isa() -> None:
     """Set `ISA_VARIABLE` to this CPU's `fastest_isa` unless the user set it; call before a model loads."""
-    isa = fastest_isa(hardware.Machine("cpu", hardware.cpu_flags()))
+    isa = fastest_isa_here()
     if isa and ISA_VARIABLE not in os.environ:
         os.environ[ISA_VARIABLE] = isa
 
