@@ -490,7 +490,14 @@ def test_bench_run_only_runs_the_named_benchmarks_and_refuses_unknown_names():
         "bench/train.py --hparams_set=t5_base --quick",
         "bench/decode.py --quick",
     ]
-    everything = run("--list").stdout.splitlines()
+    assert listed.stderr == "bench/run: results into bench/out/results/, rendered into bench/out/BENCHMARKS.md\n"
+    # --quick anywhere among the arguments keeps a smoke run's figures out of the committed files.
+    later = run("--only=decode", "--repeats=1", "--quick", "--list")
+    assert later.stdout == "bench/decode.py --repeats=1 --quick\n"
+    assert later.stderr == listed.stderr
+    everything = run("--list")
+    assert everything.stderr == "bench/run: results into bench/results/, rendered into BENCHMARKS.md\n"
+    everything = everything.stdout.splitlines()
     assert everything[0] == "bench/datagen.py"
     import report  # bench/run names its benchmarks in bash; they must be the ones the results record
 
