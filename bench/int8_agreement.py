@@ -100,12 +100,12 @@ def scores(model_dir: Path, pairs_file: Path, out: Path, quantization: str) -> l
 
 
 def int8_sums() -> str:
-    """Where CTranslate2's int8 products saturate on this CPU, the header says so: its int8
-    figures then hold for 16-bit pair sums, not for int8 alone."""
+    """Where CTranslate2's int8 products would saturate on this CPU, the header says so: its
+    int8 figures then hold for the 7-bit weights t2t-decode stores there, not for 8-bit ones."""
     from t2tcli.decode import ct2_cpu
 
-    if ct2_cpu.int8_sums_saturate_here():
-        return "; CTranslate2's int8 on oneDNN without VNNI (pairs of products summed in 16 bits)"
+    if ct2_cpu.int8_weight_limit("int8") == ct2_cpu.NARROW_INT8_WEIGHT_LIMIT:
+        return "; int8 weights in 7 bits (CTranslate2 on oneDNN without VNNI sums pairs of products in 16 bits)"
     use_mkl = os.environ.get(ct2_cpu.MKL_VARIABLE)
     return f"; {ct2_cpu.MKL_VARIABLE}={use_mkl}" if use_mkl else ""
 

@@ -495,6 +495,7 @@ def test_bench_run_only_runs_the_named_benchmarks_and_refuses_unknown_names():
     later = run("--only=decode", "--repeats=1", "--quick", "--list")
     assert later.stdout == "bench/decode.py --repeats=1 --quick\n"
     assert later.stderr == listed.stderr
+    assert run("--only=decode", "--quic", "--list").stderr == listed.stderr  # as argparse reads it
     everything = run("--list")
     assert everything.stderr == "bench/run: results into bench/results/, rendered into BENCHMARKS.md\n"
     everything = everything.stdout.splitlines()

@@ -18,7 +18,7 @@ from t2tcli.compat import X86
 from t2tcli.data.vocabulary.vocab import EOS_ID
 from t2tcli.decode import batching, ct2, ct2_cpu, engines, settings, side_by_side
 from t2tcli.errors import UserError
-from t2tcli.model import checkpoints, hardware, loading
+from t2tcli.model import checkpoints, hardware, loading, weight_names
 from t2tcli.model import config as model_config
 
 require_extra("ctranslate2")
@@ -153,7 +153,8 @@ def test_a_batch_no_other_batch_runs_beside_is_split_across_the_cores(toy, monke
 
 def test_asked_for_with_t5_s_length_penalty_runs_its_own_and_says_so_once(toy, caplog):
     """engine=ctranslate2 with alpha != 0 beam search runs CTranslate2's penalty, warned once
-    per engine built (the memory bound asking how many batches it holds says nothing)."""
+    per engine built for decoding (the memory bound asking how many batches it holds says
+    nothing, nor does scoring)."""
     model, _ = toy
     decode = settings.DecodeSettings.of({"engine": "ctranslate2", "beam_size": 4, "alpha": 0.6}, model.hparams)
     caplog.set_level("WARNING")
@@ -161,6 +162,10 @@ def test_asked_for_with_t5_s_length_penalty_runs_its_own_and_says_so_once(toy, c
     engines.predictor(model, decode, checkpoints.resolve(model.model_dir, None)[1])
     warned = [r.getMessage() for r in caplog.records if "its penalty" in r.getMessage()]
     assert warned == [f"engine=ctranslate2: {ct2.PENALTY_DIFFERS}; its penalty (score / length ** alpha) is used"]
+    # Scoring (t2t-eval's second pass, --score_file) applies no length penalty: nothing to say.
+    caplog.clear()
+    engines.predictor(model, decode, checkpoints.resolve(model.model_dir, None)[1], scoring=True)
+    assert not [r for r in caplog.records if "its penalty" in r.getMessage()]
 
 
 def test_int8_runs_int8_weights(toy):
@@ -176,7 +181,8 @@ def test_int8_runs_int8_weights(toy):
     assert not np.allclose(scores8, scores32, rtol=0, atol=1e-5), "int8 scores are not float32's"
     np.testing.assert_allclose(scores8, scores32, atol=0.5)
     assert sum(a == b for a, b in zip(ids8, ids32, strict=True)) >= len(rows) - 2
-    cache = {entry.name.rsplit("-", 1)[-1]: entry for entry in (Path(model.model_dir) / ct2.CACHE_DIR).iterdir()}
+    converted = (Path(model.model_dir) / ct2.CACHE_DIR).iterdir()
+    cache = {entry.name.removesuffix("-narrow").rsplit("-", 1)[-1]: entry for entry in converted}
     sizes = {q: (cache[q] / "model.bin").stat().st_size for q in ("float32", "int8")}
     assert sizes["int8"] < 0.6 * sizes["float32"], sizes
 
@@ -311,6 +317,11 @@ def test_ctranslate2_runs_avx512_kernels_on_bfloat16_cpus_unless_the_user_says_o
 def test_the_ctranslate2_engine_sets_this_cpus_instruction_set_before_its_model_loads(toy, monkeypatch):
     model, _ = toy
     _unset_isa_variable(monkeypatch)
+    # GENERIC, which every CPU runs, stands for this CPU's choice (on most CPUs None, which an
+    # engine that set nothing would also show). CTranslate2 reads the variable once a process,
+    # at its first model: one loads before, so no later test runs GENERIC kernels.
+    _predict(model, "ctranslate2", [batching.Row(0, [5, EOS_ID])], length=4)
+    monkeypatch.setattr(ct2_cpu, "fastest_isa_here", lambda: "GENERIC")
     seen = []
     translator = ct2.module().Translator
 
@@ -320,62 +331,155 @@ def test_the_ctranslate2_engine_sets_this_cpus_instruction_set_before_its_model_
 
     monkeypatch.setattr(ct2.module(), "Translator", loading)
     assert _predict(model, "ctranslate2", [batching.Row(0, [5, EOS_ID])], length=4)[0]
-    assert seen == [ct2_cpu.fastest_isa_here()]
+    assert seen == ["GENERIC"]
+
+
+ZEN4 = test_numerics.AVX512_BF16 | {"avx512_vnni"}
 
 
 @pytest.mark.parametrize(
-    "flags, vendor, use_mkl, saturate",
+    "flags, vendor, use_mkl, onednn_max_isa, saturate",
     [
-        (test_numerics.AVX2, "AuthenticAMD", None, True),  # oneDNN, no VNNI
-        (test_numerics.AVX2, "AuthenticAMD", "1", False),  # MKL asked for
-        (test_numerics.AVX2, "AuthenticAMD", "TRUE", False),
-        (test_numerics.AVX2, "AuthenticAMD", "yes", True),  # not a value CTranslate2 reads as true
-        (test_numerics.AVX2, "GenuineIntel", None, False),  # MKL by default
-        (test_numerics.AVX2, "GenuineIntel", "0", True),
-        (test_numerics.AVX2 | {"avx_vnni"}, "GenuineIntel", "0", False),
-        (test_numerics.AVX512_BF16 | {"avx512_vnni"}, "AuthenticAMD", None, False),
-        (test_numerics.AMX, "GenuineIntel", "0", False),  # amx_int8
-        (frozenset(), "", None, False),  # no /proc/cpuinfo: nothing known
+        (test_numerics.AVX2, "AuthenticAMD", None, "", True),  # oneDNN, no VNNI
+        (test_numerics.AVX2, "AuthenticAMD", "1", "", False),  # MKL asked for
+        (test_numerics.AVX2, "AuthenticAMD", "TRUE", "", False),
+        (test_numerics.AVX2, "AuthenticAMD", "yes", "", True),  # not a value CTranslate2 reads as true
+        (test_numerics.AVX2, "GenuineIntel", None, "", False),  # MKL by default
+        (test_numerics.AVX2, "GenuineIntel", "0", "", True),
+        (test_numerics.AVX2 | {"avx_vnni"}, "GenuineIntel", "0", "", False),
+        (ZEN4, "AuthenticAMD", None, "", False),
+        (ZEN4, "AuthenticAMD", None, "DEFAULT", False),
+        (ZEN4, "AuthenticAMD", None, "AVX512_CORE_VNNI", False),
+        (ZEN4, "AuthenticAMD", None, "AVX512_CORE", True),  # oneDNN held below its VNNI
+        (ZEN4, "AuthenticAMD", None, "AVX2", True),
+        (test_numerics.AMX, "GenuineIntel", "0", "", False),  # amx_int8
+        (test_numerics.AMX, "GenuineIntel", "0", "AVX2", True),
+        (frozenset(), "", None, "", False),  # no /proc/cpuinfo: nothing known
     ],
 )
-def test_int8_sums_saturate_where_onednn_multiplies_without_vnni(flags, vendor, use_mkl, saturate):
-    assert ct2_cpu.int8_sums_saturate(flags, vendor, use_mkl) is saturate
+def test_int8_sums_saturate_where_onednn_multiplies_without_vnni(flags, vendor, use_mkl, onednn_max_isa, saturate):
+    assert ct2_cpu.int8_sums_saturate(flags, vendor, use_mkl, onednn_max_isa) is saturate
 
 
 def _describe_cpu(monkeypatch, flags: frozenset[str], vendor: str) -> None:
-    """A described CPU, and no CT2_USE_MKL: CTranslate2 reads it once a process, at its first
-    model, so a test that loads a model never sets it."""
+    """A described CPU, no limit on oneDNN's ISA and no CT2_USE_MKL: CTranslate2 reads the
+    latter once a process, at its first model, so a test that loads a model never sets it."""
     monkeypatch.setattr(hardware, "cpu_flags", lambda cpuinfo="": flags)
     monkeypatch.setattr(hardware, "cpu_vendor", lambda cpuinfo="": vendor)
     monkeypatch.setenv(ct2_cpu.MKL_VARIABLE, "")
     monkeypatch.delenv(ct2_cpu.MKL_VARIABLE)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+
+
+def test_narrow_int8_weights_are_7_bits_whose_pair_sums_fit_in_16_bits():
+    # oneDNN without VNNI: an unsigned activation (at most 255) times a weight, two products to an int16.
+    limit, int16 = ct2_cpu.NARROW_INT8_WEIGHT_LIMIT, np.iinfo(np.int16)
+    assert limit == 2**6 - 1
+    assert int16.min <= 2 * 255 * -limit and 2 * 255 * limit <= int16.max
+    assert 2 * 255 * ct2_cpu.INT8_WEIGHT_LIMIT > int16.max  # CTranslate2's own 8-bit weights can saturate
 
 
 @pytest.mark.skipif(not X86, reason="CTranslate2 multiplies with oneDNN or MKL on x86 CPUs only")
-def test_int8_where_its_sums_saturate_is_warned_with_the_ways_around(toy, monkeypatch, caplog):
-    model, _ = toy
-    _unset_isa_variable(monkeypatch)
-    _describe_cpu(monkeypatch, test_numerics.AVX2, "AuthenticAMD")
-    caplog.set_level("WARNING")
+@pytest.mark.parametrize(
+    "flags, vendor, use_mkl, limit",
+    [
+        (test_numerics.AVX2, "AuthenticAMD", None, ct2_cpu.NARROW_INT8_WEIGHT_LIMIT),
+        (test_numerics.AVX2, "AuthenticAMD", "1", ct2_cpu.INT8_WEIGHT_LIMIT),
+        (test_numerics.AVX2 | {"avx_vnni"}, "AuthenticAMD", None, ct2_cpu.INT8_WEIGHT_LIMIT),
+        (test_numerics.AVX2, "GenuineIntel", None, ct2_cpu.INT8_WEIGHT_LIMIT),
+    ],
+)
+def test_int8_weights_are_narrow_where_the_sums_would_saturate(monkeypatch, flags, vendor, use_mkl, limit):
+    _describe_cpu(monkeypatch, flags, vendor)
+    if use_mkl:
+        monkeypatch.setenv(ct2_cpu.MKL_VARIABLE, use_mkl)
+    assert ct2_cpu.int8_weight_limit("int8") == limit
+    assert ct2_cpu.int8_weight_limit("int8_float32") == limit
+    assert ct2_cpu.int8_weight_limit("float32") is None
+
+
+def _spec(model):
+    from t2tcli.interop import hf_t5
+
     checkpoint = checkpoints.resolve(model.model_dir, None)[1]
-    engines.predictor(model, {"engine": "ctranslate2", "quantization": "int8"}, checkpoint)
-    warned = [r.getMessage() for r in caplog.records if "saturate" in r.getMessage()]
-    assert warned == [ct2_cpu.int8_saturation_warning("int8")]
-    assert warned[0].startswith("quantization=int8: ") and "quantization=float32" in warned[0]
-    assert f"{ct2_cpu.MKL_VARIABLE}=1" in warned[0]
-    caplog.clear()
-    engines.predictor(model, {"engine": "ctranslate2", "quantization": "float32"}, checkpoint)
+    values = hf_t5.mesh_values_from_checkpoint(checkpoint, model.hparams, model.vocab.vocab_size)
+    rows = weight_names.padded_vocab_size(model.vocab.vocab_size, model.hparams.vocab_divisor)
+    spec = ct2.build_spec(values, model.hparams, model.vocab.vocab_size, ct2.tokens(model.vocab, rows))
+    spec.validate()  # as ct2.converted does: the spec's values become CTranslate2 variables
+    return spec
+
+
+def _variables(spec) -> dict:
+    from ctranslate2.specs import model_spec
+
+    found = {}
+    model_spec.visit_spec(spec, lambda layer, name, value: found.__setitem__(name, value))
+    return found
+
+
+def test_narrow_quantization_fills_each_row_to_its_limit_from_the_float_weights(toy):
+    model, _ = toy
+    floats = {name: v.numpy().copy() for name, v in _variables(_spec(model)).items() if hasattr(v, "numpy")}
+    wide, narrow = _spec(model), _spec(model)
+    ct2_cpu.quantize(wide, "int8", ct2_cpu.INT8_WEIGHT_LIMIT)
+    ct2_cpu.quantize(narrow, "int8", ct2_cpu.NARROW_INT8_WEIGHT_LIMIT)
+    wide, narrow = _variables(wide), _variables(narrow)
+    assert wide.keys() == narrow.keys()
+
+    def int8_weights(variables: dict) -> list[str]:  # not the flags CTranslate2 stores as int8 scalars
+        return [name for name, v in variables.items() if getattr(v, "dtype", None) == "int8" and not v.is_scalar()]
+
+    quantized = int8_weights(narrow)
+    assert quantized == int8_weights(wide)
+    assert len(quantized) >= 8, "the model's products and embeddings are stored in int8"
+    for name, value in narrow.items():
+        if name not in quantized:  # scales, aliases, norms: as CTranslate2 stores them
+            if name.removesuffix("_scale") not in quantized:
+                assert type(value) is type(wide[name]), name
+                assert isinstance(value, str) or np.array_equal(value.numpy(), wide[name].numpy()), name
+            continue
+        ints, scale = value.numpy(), narrow[f"{name}_scale"].numpy()
+        rows = floats[name].reshape(len(floats[name]), -1)
+        largest = np.abs(ints.reshape(len(ints), -1)).max(axis=1)
+        assert largest.max() == ct2_cpu.NARROW_INT8_WEIGHT_LIMIT, name
+        assert np.all(largest[np.abs(rows).max(axis=1) > 0] == ct2_cpu.NARROW_INT8_WEIGHT_LIMIT), name
+        error = np.abs(ints.reshape(rows.shape) / scale[:, None] - rows)
+        assert np.all(error <= 0.5 / scale[:, None] * (1 + 1e-5)), name
+        # CTranslate2's own int8 fills each weight's rows to 127.
+        assert np.abs(wide[name].numpy()).max() == ct2_cpu.INT8_WEIGHT_LIMIT, name
+
+
+def test_int8_rows_scale_each_row_to_the_limit_and_keep_zero_and_tiny_rows_finite():
+    weight = np.array([[0.5, -1.0, 0.25], [0.0, 0.0, 0.0], [1e-39, 0.0, -1e-39]], np.float32)
+    ints, scale = ct2_cpu.int8_rows(weight, ct2_cpu.NARROW_INT8_WEIGHT_LIMIT)
+    assert ints.dtype == np.int8 and scale.dtype == np.float32 and np.all(np.isfinite(scale))
+    assert ints[0].tolist() == [32, -63, 16] and scale[0] == 63.0
+    assert ints[1].tolist() == [0, 0, 0] and scale[1] == 1.0
+    assert np.abs(ints[2]).max() <= 63
+    assert ct2_cpu.int8_rows(weight.reshape(3, 3, 1), 63)[0].shape == (3, 3, 1)
+
+
+@pytest.mark.skipif(not X86, reason="CTranslate2 multiplies with oneDNN or MKL on x86 CPUs only")
+def test_a_cpu_whose_int8_sums_would_saturate_gets_its_own_narrow_conversion(toy_model, tmp_path, monkeypatch):  # noqa: F811
+    model_dir = tmp_path / "model"
+    copy_model(toy_model, model_dir)
+    model = loading.load(str(model_dir), hparams="activation_dtype=float32")
+    rows = [batching.Row(i, batching.fit(model.vocab.encode(x), 16)[0]) for i, x in enumerate(LINES)]
+    _unset_isa_variable(monkeypatch)
+    conversions = model_dir / ct2.CACHE_DIR
     # VNNI without AVX-512: a CPU described with AVX-512 would load CTranslate2 under it here.
     _describe_cpu(monkeypatch, test_numerics.AVX2 | {"avx_vnni"}, "AuthenticAMD")
-    engines.predictor(model, {"engine": "ctranslate2", "quantization": "int8"}, checkpoint)
-    assert not [r for r in caplog.records if "saturate" in r.getMessage()]
-    # The variable as CTranslate2 reads it (no model loads from here on).
+    wide, wide_scores = _predict(model, "ctranslate2", rows, quantization="int8")
+    assert [p.name.endswith("-int8") for p in conversions.iterdir()] == [True]
     _describe_cpu(monkeypatch, test_numerics.AVX2, "AuthenticAMD")
-    monkeypatch.setenv(ct2_cpu.MKL_VARIABLE, "1")
-    assert ct2_cpu.int8_saturation_warning("int8_float32") is None
-    monkeypatch.setenv(ct2_cpu.MKL_VARIABLE, "0")
-    assert ct2_cpu.int8_saturation_warning("int8_float32").startswith("quantization=int8_float32: ")
-    assert ct2_cpu.int8_saturation_warning("float32") is None
+    narrow, narrow_scores = _predict(model, "ctranslate2", rows, quantization="int8")
+    names = sorted(p.name for p in conversions.iterdir())
+    assert len(names) == 2 and names[0].endswith("-int8") and names[1] == f"{names[0]}-narrow"
+    assert not np.allclose(narrow_scores, wide_scores, rtol=0, atol=1e-6), "the narrow conversion holds other weights"
+    float32, _ = _predict(model, "ctranslate2", rows)
+    for ints in (wide, narrow):  # as test_int8_runs_int8_weights allows
+        assert sum(a == b for a, b in zip(ints, float32, strict=True)) >= len(rows) - 2
 
 
 def test_without_ctranslate2_the_engine_names_the_install(toy, monkeypatch):

@@ -44,6 +44,7 @@ def onednn_default(monkeypatch):
     """oneDNN as a default install runs it: on, at the CPU's own ISA."""
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1")
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
 
 
 @pytest.mark.skipif(not X86, reason="CPU flags are read on x86 only")
@@ -77,3 +78,10 @@ def test_onednn_switched_off_or_held_back_is_seen(monkeypatch):
     assert not machine.onednn_enabled and machine.onednn_max_isa == "AVX2"
     if machine.device == "cpu":
         assert activation_dtype.resolve("auto") == "float32"
+
+
+def test_onednn_s_older_variable_name_holds_it_back_too(onednn_default, monkeypatch):
+    monkeypatch.setenv("DNNL_MAX_CPU_ISA", "avx2 ")
+    assert hardware.onednn_max_isa() == "AVX2"
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx512_core_vnni")  # oneDNN reads its own name first
+    assert hardware.onednn_max_isa() == "AVX512_CORE_VNNI"

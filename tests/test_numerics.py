@@ -49,6 +49,7 @@ def cpu(flags, **kwargs):
         (cpu(AMX, onednn_max_isa="AVX2"), "float32", "ONEDNN_MAX_CPU_ISA=AVX2"),
         (cpu(AMX, onednn_max_isa="AVX512_CORE_BF16"), "bfloat16", "AMX CPU"),
         (cpu(AMX, onednn_max_isa="AVX512_CORE"), "float32", "below AVX512_CORE_BF16"),
+        (cpu(AMX, onednn_max_isa="DEFAULT"), "bfloat16", "AMX CPU"),  # oneDNN's "no limit"
         (cpu(AVX512_BF16, onednn_enabled=False), "float32", "TF_ENABLE_ONEDNN_OPTS=0"),
         (hardware.Machine("gpu", AVX2, gpu_capability=(8, 0)), "bfloat16", "compute capability 8.0"),
         (hardware.Machine("gpu", AMX, gpu_capability=(7, 5)), "float32", "compute capability 7.5"),

@@ -186,15 +186,19 @@ def converted(
     """The CTranslate2 model of a checkpoint: converted once, cached under `cache_root`.
 
     The cache key is the checkpoint's name, its fingerprint (index bytes and data file sizes)
-    and the quantization, so a checkpoint written again under the same step, or cut short
-    since, is converted again (and then fails as a damaged one should). The model is built
+    and the quantization, with "-narrow" where int8 weights are stored in 7 bits for this CPU
+    (`ct2_cpu.int8_weight_limit`), so a checkpoint written again under the same step, or cut
+    short since, is converted again (and then fails as a damaged one should), and a model_dir
+    shared by CPUs of both kinds holds a conversion for each. The model is built
     in a temporary directory and renamed into place: a cache entry is complete or absent,
     and two processes converting one checkpoint at once both end up with the same entry.
     """
     from t2tcli.model import checkpoints
 
     index = checkpoints.fingerprint(checkpoint_path)
-    target = os.path.join(cache_root, f"{os.path.basename(checkpoint_path)}-{index}-{quantization}")
+    weight_limit = ct2_cpu.int8_weight_limit(quantization)
+    narrow = "-narrow" if weight_limit == ct2_cpu.NARROW_INT8_WEIGHT_LIMIT else ""
+    target = os.path.join(cache_root, f"{os.path.basename(checkpoint_path)}-{index}-{quantization}{narrow}")
     if os.path.isfile(os.path.join(target, "model.bin")):
         return target
     try:
@@ -202,7 +206,7 @@ def converted(
             rows = weight_names.padded_vocab_size(vocab.vocab_size, hp.vocab_divisor)
             spec = build_spec(read_values(), hp, vocab.vocab_size, tokens(vocab, rows))
             spec.validate()
-            spec.optimize(quantization=quantization)
+            ct2_cpu.quantize(spec, quantization, weight_limit)
             spec.save(staging)
     except FileExistsError:
         if not os.path.isfile(os.path.join(target, "model.bin")):
@@ -216,7 +220,8 @@ def converted(
         except OSError:  # another process's conversion began meanwhile
             pass
         raise
-    logging.info("converted %s for CTranslate2 (%s) into %s", checkpoint_path, quantization, target)
+    weights = f", int8 weights in 7 bits: {ct2_cpu.NARROW_WHY}" if narrow else ""
+    logging.info("converted %s for CTranslate2 (%s%s) into %s", checkpoint_path, quantization, weights, target)
     return target
 
 

@@ -1,6 +1,7 @@
-"""CTranslate2 on this CPU: the instruction set its own kernels run, and whether its int8
-products saturate; both follow from the CPU's flags and vendor and from CTranslate2's own
-environment variables, which it reads once, when its first model loads.
+"""CTranslate2 on this CPU: the instruction set its own kernels run, whether its int8
+products saturate, and the int8 weights that keep them from it; all follow from the CPU's
+flags and vendor and from CTranslate2's own environment variables, which it reads once,
+when its first model loads.
 
 Imports: core (compat) and model (hardware).
 """
@@ -8,6 +9,9 @@ Imports: core (compat) and model (hardware).
 from __future__ import annotations
 
 import os
+from typing import Any
+
+import numpy as np
 
 from t2tcli.model import hardware
 
@@ -41,40 +45,100 @@ def use_fastest_isa() -> None:
 
 # Where CTranslate2 reads whether to multiply with Intel MKL rather than oneDNN.
 MKL_VARIABLE = "CT2_USE_MKL"
-# CPU flags with which oneDNN's int8 products sum in 32 bits (VNNI dot products).
-_VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+# Each CPU flag with which oneDNN's int8 products sum in 32 bits (VNNI dot products), and the
+# ONEDNN_MAX_CPU_ISA levels (prefixes) that let oneDNN use it; a limit of uncertain reach counts as none.
+_VNNI_REACHED_FROM = {
+    "avx512_vnni": ("AVX512_CORE_VNNI", "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX10_", "ALL"),
+    "avx_vnni": ("AVX2_VNNI", "ALL"),
+    "amx_int8": ("AVX512_CORE_AMX", "AVX10_1_512_AMX", "ALL"),
+}
 
 
-def int8_sums_saturate(flags: frozenset[str], vendor: str, use_mkl: str | None) -> bool:
+def int8_sums_saturate(flags: frozenset[str], vendor: str, use_mkl: str | None, onednn_max_isa: str = "") -> bool:
     """Whether CTranslate2's int8 products on this x86 CPU add pairs of products in 16 bits,
     where they saturate: a large activation against a large weight is clipped, and int8's
     outputs stray from float32's further than on CPUs where the sums are 32 bits.
 
     CTranslate2 multiplies int8 with Intel MKL on Intel CPUs and with oneDNN on the others
     (`MKL_VARIABLE` overrides: "1", "true" or "TRUE" for MKL, any other value for oneDNN);
-    oneDNN's u8 x s8 product adds pairs in int16 unless the CPU has VNNI. A CPU whose flags
-    and vendor are unknown (no /proc/cpuinfo) is not claimed to saturate.
+    oneDNN's u8 x s8 product adds pairs in int16 unless the CPU has VNNI and
+    `onednn_max_isa` (ONEDNN_MAX_CPU_ISA, which CTranslate2's oneDNN honours) lets it use
+    it. A CPU whose flags and vendor are unknown (no /proc/cpuinfo) is not claimed to saturate.
     """
     if not flags or not vendor:
         return False
     on_onednn = vendor != "GenuineIntel" if not use_mkl else use_mkl not in ("1", "true", "TRUE")
-    return on_onednn and not any(flag in flags for flag in _VNNI_FLAGS)
+    vnni = any(
+        flag in flags and hardware.isa_limit_allows(onednn_max_isa, isas) for flag, isas in _VNNI_REACHED_FROM.items()
+    )
+    return on_onednn and not vnni
 
 
 def int8_sums_saturate_here() -> bool:
     """`int8_sums_saturate` for this CPU and environment (never off x86, where neither library runs)."""
     from t2tcli.compat import X86
 
-    return X86 and int8_sums_saturate(hardware.cpu_flags(), hardware.cpu_vendor(), os.environ.get(MKL_VARIABLE))
-
-
-def int8_saturation_warning(quantization: str) -> str | None:
-    """The warning for an int8 `quantization` where `int8_sums_saturate_here`, else None."""
-    if not quantization.startswith("int8") or not int8_sums_saturate_here():
-        return None
-    return (
-        f"quantization={quantization}: CTranslate2 multiplies int8 with oneDNN here, which on a CPU "
-        "without VNNI adds pairs of products in 16 bits that saturate, so outputs stray further from "
-        f"float32 than on CPUs with VNNI; quantization=float32 avoids it, and so does {MKL_VARIABLE}=1 "
-        "(Intel MKL), more slowly"
+    return X86 and int8_sums_saturate(
+        hardware.cpu_flags(), hardware.cpu_vendor(), os.environ.get(MKL_VARIABLE), hardware.onednn_max_isa()
     )
+
+
+# The largest int8 weight CTranslate2 stores.
+INT8_WEIGHT_LIMIT = 127
+# The largest 7-bit weight, whose products cannot saturate a 16-bit pair sum: CTranslate2 shifts
+# each int8 activation to unsigned (at most 255) for oneDNN, and 2 x 255 x 63 = 32,130 fits.
+NARROW_INT8_WEIGHT_LIMIT = 63
+# Why a conversion here stores int8 weights within NARROW_INT8_WEIGHT_LIMIT, for its log line.
+NARROW_WHY = (
+    "CTranslate2 multiplies int8 with oneDNN here, which adds pairs of products in 16 bits "
+    "where it may not use VNNI, and 7-bit weights keep those sums from saturating"
+)
+
+
+def int8_weight_limit(quantization: str) -> int | None:
+    """The largest int8 weight a conversion for `quantization` stores on this CPU (None when
+    it stores no int8): 7 bits where `int8_sums_saturate_here`, where one bit of each weight
+    costs outputs far less than the clipped sums do."""
+    if not quantization.startswith("int8"):
+        return None
+    return NARROW_INT8_WEIGHT_LIMIT if int8_sums_saturate_here() else INT8_WEIGHT_LIMIT
+
+
+def quantize(spec: Any, quantization: str, weight_limit: int | None) -> None:
+    """CTranslate2's own `spec.optimize` (aliases and quantization), then, for a
+    `weight_limit` below CTranslate2's, each int8 weight as quantized beforehand from its
+    float values with that limit, each row scaled so its largest value reaches it (held as
+    int8 meanwhile, a quarter of the float weights)."""
+    from ctranslate2.specs import model_spec
+
+    narrowed: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def narrow(layer: Any, name: str, value: Any) -> None:
+        key = name.rsplit("/", 1)[-1]
+        if isinstance(value, model_spec.Variable) and not value.is_scalar() and hasattr(layer, f"{key}_scale"):
+            narrowed[name] = int8_rows(value.to("float32").numpy(), weight_limit)
+
+    def put_back(layer: Any, name: str, value: Any) -> None:
+        if name in narrowed and isinstance(value, model_spec.Variable) and value.dtype == "int8":
+            key = name.rsplit("/", 1)[-1]
+            ints, scale = narrowed[name]
+            setattr(layer, key, model_spec.NumpyVariable(ints))
+            setattr(layer, f"{key}_scale", model_spec.NumpyVariable(scale))
+
+    wanted = weight_limit is not None and weight_limit < INT8_WEIGHT_LIMIT
+    if wanted:
+        model_spec.visit_spec(spec, narrow)
+    spec.optimize(quantization=quantization)
+    if wanted:  # aliases are names by now, and keep pointing at the weight they share
+        model_spec.visit_spec(spec, put_back)
+
+
+def int8_rows(weight: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 values, float32 scale per row) of `weight`, its rows its first axis, each row
+    scaled by limit / its largest magnitude (1 for a row of zeros), as CTranslate2 scales by 127."""
+    rows = np.asarray(weight, dtype=np.float32).reshape(weight.shape[0], -1)
+    largest = np.abs(rows).max(axis=1)
+    largest[largest == 0] = limit
+    largest = np.maximum(largest, np.float32(limit) / np.finfo(np.float32).max)  # a finite scale
+    scale = (np.float32(limit) / largest).astype(np.float32)
+    return np.rint(rows * scale[:, None]).astype(np.int8).reshape(weight.shape), scale

@@ -23,7 +23,7 @@ import numpy as np
 from absl import logging
 
 from t2tcli.compat import tf
-from t2tcli.decode import batching, ct2, ct2_cpu, memory_bound, settings, side_by_side
+from t2tcli.decode import batching, ct2, memory_bound, settings, side_by_side
 from t2tcli.decode.tf_predict import estimator_for
 from t2tcli.model import checkpoints
 from t2tcli.model.loading import LoadedModel
@@ -48,13 +48,12 @@ def predictor(
     engine, why = settings.choose(model, decode, scoring)
     logging.info("decode engine: %s (%s)", engine, why)
     if engine == "ctranslate2":
-        if ct2.unsupported_reason(model.hparams, decode) == ct2.PENALTY_DIFFERS:
+        # Scoring applies no length penalty, so CTranslate2's differing one is no matter there.
+        if not scoring and ct2.unsupported_reason(model.hparams, decode) == ct2.PENALTY_DIFFERS:
             logging.warning(
                 "engine=ctranslate2: %s; its penalty (score / length ** alpha) is used", ct2.PENALTY_DIFFERS
             )
         quantization = ct2.check_quantization(decode.quantization)
-        if warning := ct2_cpu.int8_saturation_warning(quantization):
-            logging.warning("%s", warning)
         from t2tcli.interop import hf_t5
 
         path = ct2.converted(

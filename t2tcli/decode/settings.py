@@ -41,7 +41,8 @@ DECODE_FLAG_DEFAULTS = {
     # t2tcli.decode.fast on one CPU / GPU, mesh-tensorflow's decode on TPUs and meshes
     # of several devices (`choose`); fast, mesh or ctranslate2 ask for one.
     "engine": "auto",
-    # CTranslate2's weight type: float32 (the TF engines' results), int8, bfloat16, ...
+    # CTranslate2's weight type: float32 (the TF engines' results), int8, int8_float32 on a
+    # CPU (bfloat16 and float16 are CTranslate2's GPU types).
     "quantization": "float32",
     # tensor2tensor's names, so its decode scripts run (t2tcli.cli.decode applies them):
     # decode only the first num_samples lines (-1: all); records end at `delimiter`

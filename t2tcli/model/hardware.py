@@ -82,6 +82,20 @@ def _gpu_capability() -> tuple[int, int] | None:
     return min(capabilities) if capabilities else None
 
 
+def onednn_max_isa() -> str:
+    """ONEDNN_MAX_CPU_ISA as oneDNN reads it (any case, its older name DNNL_MAX_CPU_ISA where
+    it is unset), or "" where neither is set; TensorFlow's oneDNN and CTranslate2's own both
+    honour it."""
+    value = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or ""
+    return value.strip().upper()
+
+
+def isa_limit_allows(isa: str, isas: tuple[str, ...]) -> bool:
+    """Whether an ONEDNN_MAX_CPU_ISA of `isa` lets oneDNN reach the levels named by `isas`
+    (prefixes): unset and DEFAULT set no limit."""
+    return not isa or isa == "DEFAULT" or isa.startswith(isas)
+
+
 def detect(use_tpu: bool = False) -> Machine:
     """This process's machine: TPU when training on one, else the first GPU, else the CPU."""
     from t2tcli.compat import X86
@@ -89,7 +103,7 @@ def detect(use_tpu: bool = False) -> Machine:
     onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
     common = dict(
         cpu_flags=cpu_flags() if X86 else frozenset(),
-        onednn_max_isa=os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper(),
+        onednn_max_isa=onednn_max_isa(),
         onednn_enabled=onednn,
     )
     if use_tpu:
@@ -113,7 +127,7 @@ def native_bfloat16(machine: Machine) -> tuple[bool, str]:
     if not machine.onednn_enabled:
         return False, f"{kind} CPU, but TF_ENABLE_ONEDNN_OPTS=0 turns oneDNN off"
     isa = machine.onednn_max_isa
-    if isa and not isa.startswith(_NATIVE_BF16_ISAS):
+    if not isa_limit_allows(isa, _NATIVE_BF16_ISAS):
         return False, f"{kind} CPU, but ONEDNN_MAX_CPU_ISA={isa} keeps oneDNN below AVX512_CORE_BF16"
     return True, f"{kind} CPU"
 
@@ -135,5 +149,4 @@ def _onednn_reaches(machine: Machine, cpu_flag: str, isas: tuple[str, ...]) -> b
     of `isas` (prefixes) or DEFAULT."""
     if not machine.onednn_cpu() or cpu_flag not in machine.cpu_flags:
         return False
-    isa = machine.onednn_max_isa
-    return not isa or isa == "DEFAULT" or isa.startswith(isas)
+    return isa_limit_allows(machine.onednn_max_isa, isas)
