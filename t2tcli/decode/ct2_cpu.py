@@ -45,13 +45,6 @@ def use_fastest_isa() -> None:
 
 # Where CTranslate2 reads whether to multiply with Intel MKL rather than oneDNN.
 MKL_VARIABLE = "CT2_USE_MKL"
-# Each CPU flag with which oneDNN's int8 products sum in 32 bits (VNNI dot products), and the
-# ONEDNN_MAX_CPU_ISA levels (prefixes) that let oneDNN use it; a limit of uncertain reach counts as none.
-_VNNI_REACHED_FROM = {
-    "avx512_vnni": ("AVX512_CORE_VNNI", "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX10_", "ALL"),
-    "avx_vnni": ("AVX2_VNNI", "ALL"),
-    "amx_int8": ("AVX512_CORE_AMX", "AVX10_1_512_AMX", "ALL"),
-}
 
 
 def int8_sums_saturate(flags: frozenset[str], vendor: str, use_mkl: str | None, onednn_max_isa: str = "") -> bool:
@@ -68,10 +61,7 @@ def int8_sums_saturate(flags: frozenset[str], vendor: str, use_mkl: str | None, 
     if not flags or not vendor:
         return False
     on_onednn = vendor != "GenuineIntel" if not use_mkl else use_mkl not in ("1", "true", "TRUE")
-    vnni = any(
-        flag in flags and hardware.isa_limit_allows(onednn_max_isa, isas) for flag, isas in _VNNI_REACHED_FROM.items()
-    )
-    return on_onednn and not vnni
+    return on_onednn and not hardware.onednn_vnni(flags, onednn_max_isa)
 
 
 def int8_sums_saturate_here() -> bool:

@@ -23,6 +23,13 @@ NATIVE_BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 _AVX512_ISAS = ("AVX512", "AVX10_", "ALL")
 # oneDNN's ISA names from which its bfloat16 GEMMs use AMX tiles.
 _AMX_ISAS = ("AVX512_CORE_AMX", "AVX10_1_512_AMX", "ALL")
+# Each CPU flag whose VNNI dot products sum oneDNN's int8 products in 32 bits, and the ISA
+# names from which oneDNN uses it; a limit of uncertain reach counts as none.
+_VNNI_ISAS = {
+    "avx512_vnni": ("AVX512_CORE_VNNI", *_NATIVE_BF16_ISAS),
+    "avx_vnni": ("AVX2_VNNI", "ALL"),
+    "amx_int8": _AMX_ISAS,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,10 +97,16 @@ def onednn_max_isa() -> str:
     return value.strip().upper()
 
 
-def isa_limit_allows(isa: str, isas: tuple[str, ...]) -> bool:
+def _isa_limit_allows(isa: str, isas: tuple[str, ...]) -> bool:
     """Whether an ONEDNN_MAX_CPU_ISA of `isa` lets oneDNN reach the levels named by `isas`
     (prefixes): unset and DEFAULT set no limit."""
     return not isa or isa == "DEFAULT" or isa.startswith(isas)
+
+
+def onednn_vnni(flags: frozenset[str], isa: str) -> bool:
+    """Whether oneDNN's int8 products sum in 32 bits (VNNI) on a CPU with `flags` under an
+    ONEDNN_MAX_CPU_ISA of `isa`; without VNNI they add pairs of products in 16 bits."""
+    return any(flag in flags and _isa_limit_allows(isa, isas) for flag, isas in _VNNI_ISAS.items())
 
 
 def detect(use_tpu: bool = False) -> Machine:
@@ -127,7 +140,7 @@ def native_bfloat16(machine: Machine) -> tuple[bool, str]:
     if not machine.onednn_enabled:
         return False, f"{kind} CPU, but TF_ENABLE_ONEDNN_OPTS=0 turns oneDNN off"
     isa = machine.onednn_max_isa
-    if not isa_limit_allows(isa, _NATIVE_BF16_ISAS):
+    if not _isa_limit_allows(isa, _NATIVE_BF16_ISAS):
         return False, f"{kind} CPU, but ONEDNN_MAX_CPU_ISA={isa} keeps oneDNN below AVX512_CORE_BF16"
     return True, f"{kind} CPU"
 
@@ -149,4 +162,4 @@ def _onednn_reaches(machine: Machine, cpu_flag: str, isas: tuple[str, ...]) -> b
     of `isas` (prefixes) or DEFAULT."""
     if not machine.onednn_cpu() or cpu_flag not in machine.cpu_flags:
         return False
-    return isa_limit_allows(machine.onednn_max_isa, isas)
+    return _isa_limit_allows(machine.onednn_max_isa, isas)
