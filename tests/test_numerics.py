@@ -98,6 +98,7 @@ def test_cpu_kind_names_the_class_a_figure_holds_for():
         (cpu(AMX, onednn_max_isa="AVX2"), True),
         (cpu(AVX512_BF16, onednn_max_isa="AVX512_CORE"), False),
         (cpu(AVX512, onednn_max_isa="DEFAULT"), False),
+        (cpu(AVX2, onednn_max_isa="SSE41"), False),
         (cpu(AVX2, onednn_enabled=False), False),
         (cpu(ARM), False),
         (hardware.Machine("gpu", AVX2, gpu_capability=(8, 0)), False),
@@ -146,8 +147,30 @@ def test_decode_kernels_are_laid_out_once_where_onednn_multiplies_bfloat16_nativ
     assert kernel_layout.packed_kernels(machine, beam_search=True) is beam
     layout = kernel_layout.for_machine(machine, 2048)
     assert (layout.packed_kernels, layout.packed_kernels_in_beam_search) == (greedy, beam)
-    # Beam search's log-sum-exp by oneDNN's softmax, measured on AMX only.
-    assert kernel_layout.log_sum_exp_by_softmax(machine) is hardware.onednn_amx(machine)
+
+
+@pytest.mark.parametrize(
+    "machine, softmax",
+    [
+        (cpu(AMX), True),
+        (cpu(AMX, onednn_max_isa="AVX512_CORE_BF16"), False),
+        (cpu(AMX, onednn_max_isa="AVX2"), True),
+        (cpu(AMX, onednn_enabled=False), False),
+        (cpu(AVX512_BF16), False),
+        (cpu(AVX512), False),
+        (cpu(AVX512, onednn_max_isa="AVX2"), True),
+        (cpu(AVX2), True),
+        (cpu(AVX2, onednn_max_isa="AVX"), False),
+        (cpu(AVX2, onednn_enabled=False), False),
+        (cpu(ARM), False),
+        (hardware.Machine("gpu", AVX2, gpu_capability=(8, 0)), False),
+    ],
+)
+def test_beam_log_sum_exp_comes_from_a_softmax_where_it_ran_faster(machine, softmax):
+    """Where oneDNN multiplies on AMX tiles or runs AVX2-class kernels; its AVX-512 kernels
+    without AMX measured level and keep the element-wise ops, as do Eigen, GPUs and CPUs
+    held below AVX2."""
+    assert kernel_layout.log_sum_exp_by_softmax(machine) is softmax
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,8 @@ import os
 # oneDNN's ISA names (ONEDNN_MAX_CPU_ISA) from which bfloat16 dot products are native.
 _NATIVE_BF16_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX10_", "ALL")
 NATIVE_BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+# oneDNN's ISA names (ONEDNN_MAX_CPU_ISA) from which it runs AVX2 kernels or better.
+_AVX2_ISAS = ("AVX2", "AVX512", "AVX10_", "ALL")
 # oneDNN's ISA names (ONEDNN_MAX_CPU_ISA) from which its GEMMs use AVX-512 registers.
 _AVX512_ISAS = ("AVX512", "AVX10_", "ALL")
 # oneDNN's ISA names from which its bfloat16 GEMMs use AMX tiles.
@@ -149,6 +151,13 @@ def onednn_avx512(machine: Machine) -> bool:
     """Whether oneDNN runs its AVX-512 kernels here: a CPU with AVX-512, oneDNN on, and no
     ONEDNN_MAX_CPU_ISA holding it below AVX-512."""
     return _onednn_reaches(machine, "avx512f", _AVX512_ISAS)
+
+
+def onednn_avx2_class(machine: Machine) -> bool:
+    """Whether oneDNN runs AVX2-class kernels here: a CPU with AVX2, oneDNN on, and
+    ONEDNN_MAX_CPU_ISA (if set) letting it reach AVX2 but not AVX-512, so a newer CPU held
+    back to AVX2 counts and one held below AVX2 does not."""
+    return _onednn_reaches(machine, "avx2", _AVX2_ISAS) and not onednn_avx512(machine)
 
 
 def onednn_amx(machine: Machine) -> bool:

@@ -49,7 +49,7 @@ def transposed_kernels(machine: hardware.Machine) -> bool:
     GEMM where oneDNN runs AVX2 is float32 (bfloat16 ones run in float32 too,
     t2tcli.decode.fast_kernels.matmul), so the activation dtype need not be asked.
     """
-    return machine.onednn_cpu() and "avx2" in machine.cpu_flags and not hardware.onednn_avx512(machine)
+    return hardware.onednn_avx2_class(machine)
 
 
 def ffn_padding(machine: hardware.Machine, d_ff: int) -> int:
@@ -96,11 +96,13 @@ def log_sum_exp_by_softmax(machine: hardware.Machine) -> bool:
     (its maximum less the log of the maximum's probability) rather than from a
     subtraction, an exp and a sum, three float32 passes over the block.
 
-    Where oneDNN multiplies on AMX tiles, its softmax made whole beam-4 decodes faster in
-    turns, with the same outputs (`bench/decode_layout.py --variants=log-sum-exp`); other
-    kinds keep the element-wise ops until measured there.
+    Where oneDNN multiplies on AMX tiles, and where it runs AVX2-class kernels, its softmax
+    made whole beam-4 decodes faster in turns, with the same outputs
+    (`bench/decode_layout.py --variants=log-sum-exp`). Where it runs AVX-512 kernels
+    without AMX (measured on AVX512-BF16) they ran level; there, and wherever it was not
+    measured (GPUs, Eigen's kernels, CPUs without AVX2), the element-wise ops stay.
     """
-    return hardware.onednn_amx(machine)
+    return hardware.onednn_amx(machine) or hardware.onednn_avx2_class(machine)
 
 
 @dataclasses.dataclass(frozen=True)
