@@ -335,6 +335,17 @@ def select_configs(default: str, only: str, peer_modes: str) -> list[tuple[str, 
     return configs
 
 
+def traced_rows(configs: list[tuple[str, str, str]], default: str) -> dict[tuple[str, str], str]:
+    """The t2tcli rows --profile traces, each with the dtype it runs: one row a dtype, a
+    dtype's own row before `auto`'s, so that `--only=t2t:auto` is traced too."""
+    rows: dict[tuple[str, str], str] = {}
+    for kind, dtype, _label in sorted(configs, key=lambda config: config[1] == "auto"):
+        runs = default if dtype == "auto" else dtype
+        if kind == "t2t" and runs not in rows.values():
+            rows[(kind, dtype)] = runs
+    return rows
+
+
 def _spawn(*args: str, limit: float | None = None, onednn_log: Path | None = None) -> dict | None:
     """One worker's JSON result; {"timed_out": limit} when it ran past `limit` seconds.
     With `onednn_log`, oneDNN logs its calls and those of the traced step are written there."""
@@ -511,6 +522,7 @@ def main() -> None:
     best: dict[tuple[str, str], float] = {}
     timed_steps: dict[tuple[str, str], int] = {}  # of each configuration's best run
     unfinished: set[tuple[str, str]] = set()
+    traced = traced_rows(configs, default) if args.profile else {}
     for round_ in range(args.repeats):
         for kind, dtype, _label in in_turn(configs, round_):
             if (kind, dtype) in unfinished:
@@ -518,8 +530,8 @@ def main() -> None:
             if round_ and best and best.get((kind, dtype), 0.0) > 5 * min(best.values()):
                 continue  # far off the others (e.g. bfloat16 autocast without native support): once is enough
             extra, onednn_log = [], None
-            if kind == "t2t" and args.profile and round_ == 0 and dtype != "auto":
-                extra = [str(Path(args.profile).resolve() / dtype)]
+            if round_ == 0 and (kind, dtype) in traced:
+                extra = [str(Path(args.profile).resolve() / traced[(kind, dtype)])]
                 onednn_log = Path(extra[0], onednn_calls.LOG_NAME)
                 onednn_log.unlink(missing_ok=True)
             res = _spawn(kind, dims_json, dtype, *sizes, *extra, limit=args.run_limit, onednn_log=onednn_log)
@@ -553,8 +565,10 @@ def main() -> None:
         print(f"t2tcli best / HF T5 best tokens/s: {ours / peer:.2f}x")
     elif not args.only:
         print("ratio not available (a side failed; is the `bench` extra installed?)")
+    if args.profile and not traced:
+        print("\n--profile: no t2tcli row ran, so no step was traced")
     if args.profile:
-        for dtype in ("bfloat16", "float32"):
+        for dtype in sorted(set(traced.values())):
             print(f"\nWhere a t2tcli {dtype} step's time goes (op types):")
             traces = sorted((Path(args.profile) / dtype).glob("timeline-*.json"))
             if not traces:

@@ -595,6 +595,20 @@ def test_the_peer_rows_cover_eager_and_compile_in_both_dtypes():
         train.select_configs("float32", "tf", "eager")
 
 
+def test_profile_traces_one_t2tcli_row_a_dtype_the_default_too():
+    """`--only=t2t:auto --profile` traces the default's step too, once for its dtype."""
+    import train
+
+    def traced(only: str) -> dict[tuple[str, str], str]:
+        return train.traced_rows(train.select_configs("float32", only, "eager"), "float32")
+
+    assert traced("t2t:auto") == {("t2t", "auto"): "float32"}
+    assert traced("t2t:auto,hf") == {("t2t", "auto"): "float32"}
+    assert traced("") == {("t2t", "bfloat16"): "bfloat16", ("t2t", "float32"): "float32"}
+    assert traced("t2t:auto,t2t:bfloat16") == {("t2t", "bfloat16"): "bfloat16", ("t2t", "auto"): "float32"}
+    assert traced("hf") == {}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_peer_worker_times_its_steps_eager_and_compiled(dtype):
