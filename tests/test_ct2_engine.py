@@ -18,7 +18,7 @@ from t2tcli.compat import X86
 from t2tcli.data.vocabulary.vocab import EOS_ID
 from t2tcli.decode import batching, ct2, ct2_cpu, engines, settings, side_by_side
 from t2tcli.errors import UserError
-from t2tcli.model import checkpoints, hardware, loading, weight_names
+from t2tcli.model import checkpoints, hardware, loading
 from t2tcli.model import config as model_config
 
 require_extra("ctranslate2")
@@ -404,10 +404,7 @@ def _spec(model):
 
     checkpoint = checkpoints.resolve(model.model_dir, None)[1]
     values = hf_t5.mesh_values_from_checkpoint(checkpoint, model.hparams, model.vocab.vocab_size)
-    rows = weight_names.padded_vocab_size(model.vocab.vocab_size, model.hparams.vocab_divisor)
-    spec = ct2.build_spec(values, model.hparams, model.vocab.vocab_size, ct2.tokens(model.vocab, rows))
-    spec.validate()  # as ct2.converted does: the spec's values become CTranslate2 variables
-    return spec
+    return ct2.validated_spec(values, model.hparams, model.vocab)  # as ct2.converted builds it
 
 
 def _variables(spec) -> dict:

@@ -175,6 +175,15 @@ def cache_root(model_dir: str) -> str:
     return os.path.join(base, "t2tcli", CACHE_DIR)
 
 
+def validated_spec(values: dict[str, np.ndarray], hp: HParams, vocab: Vocabulary) -> Any:
+    """The checkpoint's `values` as a CTranslate2 spec, validated so that its values are
+    CTranslate2's own variables, which quantizing them (`ct2_cpu.quantize`) works on."""
+    rows = weight_names.padded_vocab_size(vocab.vocab_size, hp.vocab_divisor)
+    spec = build_spec(values, hp, vocab.vocab_size, tokens(vocab, rows))
+    spec.validate()
+    return spec
+
+
 def converted(
     checkpoint_path: str,
     cache_root: str,
@@ -203,9 +212,7 @@ def converted(
         return target
     try:
         with atomic.staged_directory(target) as staging:
-            rows = weight_names.padded_vocab_size(vocab.vocab_size, hp.vocab_divisor)
-            spec = build_spec(read_values(), hp, vocab.vocab_size, tokens(vocab, rows))
-            spec.validate()
+            spec = validated_spec(read_values(), hp, vocab)
             ct2_cpu.quantize(spec, quantization, weight_limit)
             spec.save(staging)
     except FileExistsError:
