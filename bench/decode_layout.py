@@ -111,6 +111,8 @@ def main() -> None:
     if args.worker:
         worker(json.loads(args.worker), rest[1:] if rest[:1] == ["--"] else rest)
         return
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
 
     from t2tcli.model import hardware, kernel_layout
 

@@ -556,6 +556,28 @@ def test_benchmarks_md_is_rendered_from_the_committed_results():
         assert named_by[kind["cpu_kind"]] in kind["machine"], f"{kind['cpu_kind']}: {kind['machine']}"
 
 
+def test_each_recorded_command_runs_as_a_shell_line():
+    """A results file's command is what a reader pastes to measure again: shell commands
+    joined by ';', each bench/run or one of bench/'s scripts under the venv's python, with
+    flags only (a label or remark belongs in the note, where the shell does not read it)."""
+    import shlex
+
+    import report
+
+    for path in sorted(report.RESULTS.glob("*.json")):
+        for name, bench in json.loads(path.read_text())["benchmarks"].items():
+            for command in bench["command"].split(";"):
+                words = shlex.split(command)
+                where = f"{path.name} {name}: {command.strip()!r}"
+                if words[:1] == ["bench/run"]:
+                    flags = words[1:]
+                else:
+                    assert words[:1] == [".venv/bin/python"] and len(words) > 1, where
+                    assert re.fullmatch(r"bench/\w+\.py", words[1]) and (REPO / words[1]).is_file(), where
+                    flags = words[2:]
+                assert all(flag.startswith("--") for flag in flags), where
+
+
 TINY = {"d_model": 8, "d_ff": 16, "num_heads": 2, "d_kv": 4, "layers": 1, "vocab": 64, "dropout_rate": 0.25}
 
 
@@ -963,6 +985,19 @@ def test_decode_bench_names_what_holds_a_cpu_back_and_not_its_own_isa_choice(mon
     if variable:
         monkeypatch.setenv(variable, value)
     assert decode.cpu_kind() == label
+
+
+def test_decode_layout_refuses_a_flag_it_does_not_know(monkeypatch, capsys):
+    """Only its workers pass arguments on (to t2t-decode); a mistyped flag given to the
+    benchmark itself must stop it rather than be dropped while the default run goes ahead."""
+    import decode_layout
+
+    monkeypatch.setattr(sys, "argv", ["decode_layout.py", "--beams=4", "--lenght=64"])
+    monkeypatch.setattr(decode_layout.bench_decode, "build_models", lambda *a: pytest.fail("the run went ahead"))
+    with pytest.raises(SystemExit) as stopped:
+        decode_layout.main()
+    assert stopped.value.code == 2
+    assert "unrecognized arguments: --lenght=64" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("variants", ["layouts", "attention", "packing", "log-sum-exp"])
