@@ -319,8 +319,11 @@ def test_the_ctranslate2_engine_sets_this_cpus_instruction_set_before_its_model_
     _unset_isa_variable(monkeypatch)
     # GENERIC, which every CPU runs, stands for this CPU's choice (on most CPUs None, which an
     # engine that set nothing would also show). CTranslate2 reads the variable once a process,
-    # at its first model: one loads before, so no later test runs GENERIC kernels.
+    # at its first model: one loads before, so no later test runs GENERIC kernels. Where that
+    # load set this CPU's choice (AVX512 on bfloat16-native CPUs), the engine would now take
+    # the variable for the user's, so it is unset again.
     _predict(model, "ctranslate2", [batching.Row(0, [5, EOS_ID])], length=4)
+    monkeypatch.delenv(ct2_cpu.ISA_VARIABLE, raising=False)
     monkeypatch.setattr(ct2_cpu, "fastest_isa_here", lambda: "GENERIC")
     seen = []
     translator = ct2.module().Translator
