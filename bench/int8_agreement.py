@@ -104,7 +104,7 @@ def int8_sums() -> str:
     int8 figures then hold for the 7-bit weights t2t-decode stores there, not for 8-bit ones."""
     from t2tcli.decode import ct2_cpu
 
-    if ct2_cpu.int8_weight_limit("int8") == ct2_cpu.NARROW_INT8_WEIGHT_LIMIT:
+    if ct2_cpu.narrow(ct2_cpu.int8_weight_limit("int8")):
         return "; int8 weights in 7 bits (CTranslate2 on oneDNN without VNNI sums pairs of products in 16 bits)"
     use_mkl = os.environ.get(ct2_cpu.MKL_VARIABLE)
     return f"; {ct2_cpu.MKL_VARIABLE}={use_mkl}" if use_mkl else ""

@@ -400,6 +400,8 @@ def test_int8_weights_are_narrow_where_the_sums_would_saturate(monkeypatch, flag
     assert ct2_cpu.int8_weight_limit("int8") == limit
     assert ct2_cpu.int8_weight_limit("int8_float32") == limit
     assert ct2_cpu.int8_weight_limit("float32") is None
+    assert ct2_cpu.narrow(ct2_cpu.int8_weight_limit("int8")) == (limit == ct2_cpu.NARROW_INT8_WEIGHT_LIMIT)
+    assert not ct2_cpu.narrow(ct2_cpu.int8_weight_limit("float32"))
 
 
 def _spec(model):

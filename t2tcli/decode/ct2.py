@@ -206,7 +206,7 @@ def converted(
 
     index = checkpoints.fingerprint(checkpoint_path)
     weight_limit = ct2_cpu.int8_weight_limit(quantization)
-    narrow = "-narrow" if weight_limit == ct2_cpu.NARROW_INT8_WEIGHT_LIMIT else ""
+    narrow = "-narrow" if ct2_cpu.narrow(weight_limit) else ""
     target = os.path.join(cache_root, f"{os.path.basename(checkpoint_path)}-{index}-{quantization}{narrow}")
     if os.path.isfile(os.path.join(target, "model.bin")):
         return target

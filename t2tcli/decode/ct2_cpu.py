@@ -94,6 +94,13 @@ def int8_weight_limit(quantization: str) -> int | None:
     return NARROW_INT8_WEIGHT_LIMIT if int8_sums_saturate_here() else INT8_WEIGHT_LIMIT
 
 
+def narrow(weight_limit: int | None) -> bool:
+    """Whether a conversion with `weight_limit` (`int8_weight_limit`'s) stores int8 weights
+    narrower than CTranslate2 would: the one test behind its cache name, its log line and
+    the quantization pass."""
+    return weight_limit is not None and weight_limit < INT8_WEIGHT_LIMIT
+
+
 def quantize(spec: Any, quantization: str, weight_limit: int | None) -> None:
     """CTranslate2's own `spec.optimize` (aliases and quantization), then, for a
     `weight_limit` below CTranslate2's, each int8 weight as quantized beforehand from its
@@ -103,7 +110,7 @@ def quantize(spec: Any, quantization: str, weight_limit: int | None) -> None:
 
     narrowed: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
-    def narrow(layer: Any, name: str, value: Any) -> None:
+    def quantize_narrow(layer: Any, name: str, value: Any) -> None:
         key = name.rsplit("/", 1)[-1]
         if isinstance(value, model_spec.Variable) and not value.is_scalar() and hasattr(layer, f"{key}_scale"):
             narrowed[name] = int8_rows(value.to("float32").numpy(), weight_limit)
@@ -115,9 +122,9 @@ def quantize(spec: Any, quantization: str, weight_limit: int | None) -> None:
             setattr(layer, key, model_spec.NumpyVariable(ints))
             setattr(layer, f"{key}_scale", model_spec.NumpyVariable(scale))
 
-    wanted = weight_limit is not None and weight_limit < INT8_WEIGHT_LIMIT
+    wanted = narrow(weight_limit)
     if wanted:
-        model_spec.visit_spec(spec, narrow)
+        model_spec.visit_spec(spec, quantize_narrow)
     spec.optimize(quantization=quantization)
     if wanted:  # aliases are names by now, and keep pointing at the weight they share
         model_spec.visit_spec(spec, put_back)
