@@ -239,6 +239,50 @@ def test_the_products_measured_one_at_a_time_are_the_steps_flops(dims):
     assert einsum_shapes.einsum_flops("abc,cd->abd", [2, 3, 4], [4, 5]) == 2 * 2 * 3 * 4 * 5
 
 
+def test_each_instruction_loop_does_the_multiply_adds_its_rate_is_counted_from(tmp_path):
+    """`bench/instruction_peak.py` divides FLOPs it counts by the time its loop took: on every
+    instruction this CPU has, the accumulators must end holding exactly that many products
+    (each 1 x 1), on one thread and on two."""
+    import shutil
+
+    import instruction_peak
+
+    from t2tcli.model import hardware
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler")
+    flags = hardware.cpu_flags()
+    if "avx2" not in flags:
+        pytest.skip("not an x86 CPU with AVX2")
+    here = [i for i in instruction_peak.INSTRUCTIONS if instruction_peak.available(i, flags)]
+    assert here
+    for instruction in here:
+        binary = instruction_peak.build(instruction, compiler, tmp_path)
+        for threads in (1, 2):
+            seconds, total = instruction_peak.run(binary, threads, 1000)
+            assert seconds > 0
+            assert total == instruction_peak.expected_sum(instruction, threads, 1000), instruction.name
+    ymm, zmm, bf16 = instruction_peak.INSTRUCTIONS
+    assert bf16.flops == 64  # 16 float32 lanes, each adding two bfloat16 products
+    # A float32 product runs on FMA only; a bfloat16 one on its dot product where the CPU has
+    # it (however a noisy run timed it), else on FMA.
+    rates = [(ymm, 2.0), (zmm, 3.0), (bf16, 5.0)]
+    assert instruction_peak.fastest_for("float32", rates) == (zmm, 3.0)
+    assert instruction_peak.fastest_for("bfloat16", rates) == (bf16, 5.0)
+    assert instruction_peak.fastest_for("bfloat16", [*rates[:2], (bf16, 1.0)]) == (bf16, 1.0)
+    assert instruction_peak.fastest_for("bfloat16", rates[:2]) == (zmm, 3.0)
+
+
+def test_an_instruction_loop_the_compiler_cannot_build_is_named_not_left_half_built(tmp_path):
+    import instruction_peak
+
+    ymm = instruction_peak.INSTRUCTIONS[0]
+    with pytest.raises(RuntimeError, match=r"/bin/false could not build the vfmadd231ps ymm loop"):
+        instruction_peak.build(ymm, "/bin/false", tmp_path)
+    assert not list(tmp_path.glob("*.bin"))
+
+
 TRAIN_LOG = """\
 Model: t5_small {'d_model': 512}; batch 16, inputs/targets length 128/128 (4096 tokens/step), Adafactor
 Measured matmul peak (TF, 2048^2; median): bfloat16 0.098 TFLOP/s (0.091), float32 0.136 TFLOP/s (0.133)
