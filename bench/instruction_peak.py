@@ -215,8 +215,9 @@ def rate(instruction: Instruction, binary: Path, threads: int, seconds: float) -
     return threads * iterations * ACCUMULATORS * instruction.flops / best
 
 
-def cores() -> int:
-    return len(os.sched_getaffinity(0))
+def c_compiler() -> str | None:
+    """The user's `CC`, else the system's `cc` or `gcc`."""
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 
 
 def main() -> None:
@@ -226,21 +227,24 @@ def main() -> None:
     args = parser.parse_args()
     if args.seconds <= 0:
         parser.error("--seconds must be positive")
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    compiler = c_compiler()
     if not compiler:
         raise SystemExit("instruction_peak: error: no C compiler found (set CC)")
     sys.path.insert(0, str(REPO))
     import train
+    from binaries import cpu_kind
+    from peer import usable_cores
 
     from t2tcli.model import hardware
 
     flags = hardware.cpu_flags()
+    cores = usable_cores()
     batch, length = 16, 128
     step_flops = train.model_flops_per_step(train.model_dims(args.hparams_set, train.T5_VOCAB), batch, length, length)
-    print(f"CPU kind: {hardware.detect().cpu_kind()}; {cores()} cores; compiler {compiler}")
+    print(f"CPU kind: {cpu_kind()}; {cores} cores; compiler {compiler}")
     print(f"{args.hparams_set} step (batch {batch}, lengths {length}/{length}): {step_flops / 1e9:.1f} GFLOP")
     measured: list[tuple[Instruction, float]] = []
-    print(f"{'instruction':<48}{'1 core':>16}{f'{cores()} cores':>16}{'step of products alone':>28}")
+    print(f"{'instruction':<48}{'1 core':>16}{f'{cores} cores':>16}{'step of products alone':>28}")
     for instruction in INSTRUCTIONS:
         if not available(instruction, flags):
             print(f"{instruction.name:<48}{'(not on this CPU)':>32}")
@@ -250,7 +254,7 @@ def main() -> None:
         except RuntimeError as error:
             print(f"{instruction.name:<48}  {error}")
             continue
-        one, every = (rate(instruction, binary, n, args.seconds) for n in (1, cores()))
+        one, every = (rate(instruction, binary, n, args.seconds) for n in (1, cores))
         measured.append((instruction, every))
         tokens = 2 * batch * length * every / step_flops
         print(f"{instruction.name:<48}{one / 1e12:>8.3f} TFLOP/s{every / 1e12:>8.3f} TFLOP/s{tokens:>14,.0f} tokens/s")

@@ -243,13 +243,11 @@ def test_each_instruction_loop_does_the_multiply_adds_its_rate_is_counted_from(t
     """`bench/instruction_peak.py` divides FLOPs it counts by the time its loop took: on every
     instruction this CPU has, the accumulators must end holding exactly that many products
     (each 1 x 1), on one thread and on two."""
-    import shutil
-
     import instruction_peak
 
     from t2tcli.model import hardware
 
-    compiler = shutil.which("cc") or shutil.which("gcc")
+    compiler = instruction_peak.c_compiler()
     if compiler is None:
         pytest.skip("no C compiler")
     flags = hardware.cpu_flags()
